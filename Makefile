@@ -1,0 +1,28 @@
+# Relaunch: the two commands a newcomer needs are `make demo` and `make test`.
+# Both create the project's own virtual environment in .venv on first use.
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: venv demo test clean
+
+venv: $(STAMP)
+
+# torch is installed first and pinned: torch==2.13.0 is the CPU build available on this kind of
+# machine; any other requirement would pull several GB of CUDA packages.
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/relaunch demo
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+clean:
+	rm -rf $(VENV) .pytest_cache
