@@ -1,0 +1,55 @@
+"""Restart policy: how many failures a job may spend, and how long to wait between attempts.
+
+Pure data and arithmetic. The request schema (`controller/request.py`) builds these objects from
+the user's `restartPolicy`; the decision core reads them.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Exponential backoff with multiplicative jitter, capped at `max_seconds`.
+
+    The delay before retry k (k = 1 for the first retry) is
+    ``min(max, initial * multiplier ** (k - 1))`` scaled by a factor drawn uniformly from
+    ``[1 - jitter, 1 + jitter]`` and clamped again to ``[initial, max]`` so the bounds a user
+    wrote are never crossed.
+    """
+
+    initial_seconds: float = 30.0
+    multiplier: float = 2.0
+    max_seconds: float = 1800.0
+    jitter: float = 0.2
+
+    def delay(self, retry: int, rng: random.Random) -> float:
+        if retry < 1:
+            raise ValueError(f"retry counts from 1 (got {retry})")
+        # Cap the exponent so huge retry counts cannot overflow a float.
+        base = self.initial_seconds * (self.multiplier ** min(retry - 1, 64))
+        base = min(base, self.max_seconds)
+        if self.jitter:
+            base *= rng.uniform(1.0 - self.jitter, 1.0 + self.jitter)
+        return max(self.initial_seconds, min(self.max_seconds, base))
+
+
+@dataclass(frozen=True)
+class RestartPolicy:
+    """What the user allows Relaunch to do when an attempt ends without success.
+
+    - `max_failures`: endings that are not preemptions (user errors, infrastructure errors,
+      timeouts) that may be retried before the job fails for good.
+    - `max_preemptions`: None means unlimited; preemptions never consume `max_failures`.
+    - `crash_loop_attempts`: give up after this many consecutive attempts that ended without
+      advancing the latest committed checkpoint step.
+    - `on_demand_after_preemptions`: after this many preemptions, submit with ON_DEMAND
+      scheduling instead of SPOT (None = never switch).
+    """
+
+    max_failures: int = 3
+    max_preemptions: int | None = None
+    backoff: Backoff = field(default_factory=Backoff)
+    crash_loop_attempts: int = 3
+    on_demand_after_preemptions: int | None = None
