@@ -1,0 +1,53 @@
+"""Actions the decision core asks the adapters to carry out.
+
+The shell persists the new state first and only then executes the actions, so every action is
+backed by a durable intent and may be executed more than once: each must be idempotent.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class SubmitAttempt:
+    """Make sure a Vertex job exists for this attempt.
+
+    The adapter first looks the attempt up by its labels and adopts a job it finds (a crash may
+    have hit between CreateCustomJob and recording its name). Only when none exists and
+    `create_if_missing` is set does it create one; otherwise it reports AttemptNotFound.
+    """
+
+    attempt: int
+    resume_from_uri: str | None
+    resume_from_step: int | None
+    on_demand: bool
+    create_if_missing: bool = True
+
+
+@dataclass(frozen=True)
+class CancelVertexJob:
+    vertex_name: str
+    attempt: int
+
+
+@dataclass(frozen=True)
+class ScheduleWakeup:
+    at: float
+
+
+@dataclass(frozen=True)
+class RaiseAlert:
+    kind: str  # job_failed, crash_loop, capacity_wait, preemption_storm, ...
+    severity: str  # WARNING or ERROR (Cloud Logging severities)
+    summary: str
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class MarkTerminal:
+    phase: str
+    reason: str
+
+
+Action = SubmitAttempt | CancelVertexJob | ScheduleWakeup | RaiseAlert | MarkTerminal

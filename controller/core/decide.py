@@ -1,0 +1,373 @@
+"""The decision core: `decide(state, event, now, rng) -> Decision(new state, actions)`.
+
+Pure: no I/O, no clock, randomness only from the `rng` passed in. The shell persists the
+returned state before it executes the actions, which makes every action a recorded intent.
+
+Level-triggered: `TimerFired` re-derives what must happen from the state alone, so a reconcile
+pass converges from any state, even after a crash lost the actions of an earlier decision.
+Idempotent: replaying an event, or delivering one late, changes nothing it should not:
+  - events about an attempt other than the current one never touch the current attempt
+    (a live job they name is a stray and gets cancelled);
+  - nothing changes once the job is terminal.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, replace
+from typing import Callable
+
+from controller.core import events as ev
+from controller.core.actions import (
+    Action,
+    CancelVertexJob,
+    MarkTerminal,
+    RaiseAlert,
+    ScheduleWakeup,
+    SubmitAttempt,
+)
+from controller.core.classify import Ending, Observation, classify
+from controller.core.model import (
+    VERTEX_RUNNING,
+    VERTEX_TERMINAL,
+    VERTEX_WAITING,
+    Alerted,
+    Attempt,
+    JobState,
+    Phase,
+    vertex_is_live,
+)
+from controller.core.policy import RestartPolicy
+
+
+@dataclass(frozen=True)
+class CoreConfig:
+    """Operator knobs (not per job); defaults suit production."""
+
+    submit_retry_seconds: float = 30.0  # after a transient CreateCustomJob failure
+    capacity_wait_alert_seconds: float = 3600.0  # queued this long -> alert once per attempt
+    preemption_storm_count: int = 5  # this many preemptions ...
+    preemption_storm_window_seconds: float = 3600.0  # ... within this window -> alert
+
+
+@dataclass(frozen=True)
+class Decision:
+    state: JobState
+    actions: tuple[Action, ...] = ()
+
+
+Outcome = tuple[JobState, list[Action]]
+
+
+def new_job(job_id: str, policy: RestartPolicy, now: float) -> JobState:
+    return JobState(job_id=job_id, policy=policy, created_at=now, updated_at=now)
+
+
+def decide(
+    state: JobState,
+    event: ev.Event,
+    now: float,
+    rng: random.Random,
+    config: CoreConfig = CoreConfig(),
+) -> Decision:
+    if state.phase.terminal:
+        return Decision(state, tuple(_cancel_if_stray(event)))
+    handler = _HANDLERS[type(event)]
+    new_state, actions = handler(state, event, now, rng, config)
+    if new_state != state:
+        new_state = replace(new_state, updated_at=now)
+    return Decision(new_state, tuple(actions))
+
+
+# --- event handlers ------------------------------------------------------------------------
+
+def _on_request_accepted(state: JobState, event: ev.RequestAccepted, now, rng, config) -> Outcome:
+    if state.phase is Phase.ACCEPTED and not state.attempts:
+        return _start_attempt(state, now)
+    return state, []
+
+
+def _on_attempt_submitted(state: JobState, event: ev.AttemptSubmitted, now, rng, config) -> Outcome:
+    current = state.current
+    if not _is_current(state, event.attempt) or current.ended:
+        return state, [CancelVertexJob(event.vertex_name, event.attempt)]
+    if current.vertex_name == event.vertex_name:
+        return state, []
+    if current.vertex_name is not None:
+        # A second Vertex job for one attempt: keep the first, stop the other.
+        return state, [CancelVertexJob(event.vertex_name, event.attempt)]
+    state = state.with_current(vertex_name=event.vertex_name, submitted_at=now)
+    if state.phase is Phase.CANCELLING:
+        return state, [CancelVertexJob(event.vertex_name, event.attempt)]
+    return replace(state, phase=Phase.QUEUED, next_attempt_at=None), []
+
+
+def _on_attempt_not_found(state: JobState, event: ev.AttemptNotFound, now, rng, config) -> Outcome:
+    current = state.current
+    if not _is_current(state, event.attempt) or current.ended or current.vertex_name is not None:
+        return state, []
+    if state.phase is Phase.CANCELLING:
+        state = state.with_current(ending=Ending.CANCELLED, rule="cancelled-before-submit",
+                                   ended_at=now)
+        return _terminal(state, Phase.CANCELLED, "cancelled before a Vertex job was created")
+    return state, [_submit_action(current, create=True)]
+
+
+def _on_submit_failed(state: JobState, event: ev.SubmitFailed, now, rng, config) -> Outcome:
+    current = state.current
+    if not _is_current(state, event.attempt) or current.ended or current.vertex_name is not None:
+        return state, []
+    if event.permanent:
+        state = state.with_current(ending=Ending.USER_ERROR, rule="submit-rejected", ended_at=now,
+                                   error_message=event.message)
+        if state.phase is Phase.CANCELLING:
+            return _terminal(state, Phase.CANCELLED, "cancelled; the submission was rejected")
+        return _fail(state, "job_failed", f"Vertex AI rejected the job: {event.message}", now)
+    retry_at = now + config.submit_retry_seconds
+    return replace(state, next_attempt_at=retry_at), [ScheduleWakeup(retry_at)]
+
+
+def _on_vertex_observed(state: JobState, event: ev.VertexObserved, now, rng, config) -> Outcome:
+    current = state.current
+    if not _is_current(state, event.attempt) or current.ended:
+        return state, list(_cancel_if_stray(event))
+    if current.vertex_name is None:
+        # Adoption: the job was created but its name never recorded (crash, lost reply).
+        state = state.with_current(vertex_name=event.vertex_name, submitted_at=now)
+        if state.phase is Phase.SUBMITTING:
+            state = replace(state, phase=Phase.QUEUED, next_attempt_at=None)
+    elif current.vertex_name != event.vertex_name:
+        return state, list(_cancel_if_stray(event))
+
+    actions: list[Action] = []
+    if state.phase is Phase.CANCELLING and vertex_is_live(event.vertex_state):
+        # Adopted while cancelling, or the cancel has not landed yet: (re)ask.
+        actions.append(CancelVertexJob(event.vertex_name, event.attempt))
+
+    if event.vertex_state in VERTEX_TERMINAL:
+        return _end_attempt(state, event, now, rng, config)
+    state = state.with_current(vertex_state=event.vertex_state)
+    if event.vertex_state in VERTEX_RUNNING:
+        if state.current.started_at is None:
+            state = state.with_current(started_at=event.start_time or now)
+        if state.phase in (Phase.SUBMITTING, Phase.QUEUED):
+            state = replace(state, phase=Phase.RUNNING)
+    elif event.vertex_state in VERTEX_WAITING and state.phase is Phase.SUBMITTING:
+        state = replace(state, phase=Phase.QUEUED)
+    state, alerts = _capacity_wait_alert(state, now, config)
+    return state, actions + alerts
+
+
+def _on_vertex_job_missing(state: JobState, event: ev.VertexJobMissing, now, rng, config) -> Outcome:
+    current = state.current
+    if (not _is_current(state, event.attempt) or current.ended
+            or current.vertex_name != event.vertex_name):
+        return state, []
+    gone = ev.VertexObserved(
+        attempt=event.attempt, vertex_name=event.vertex_name, vertex_state="FAILED",
+        error_code=5, error_message="The Vertex AI job no longer exists (NOT_FOUND).",
+    )
+    return _end_attempt(state, gone, now, rng, config)
+
+
+def _on_checkpoint_observed(state: JobState, event: ev.CheckpointObserved, now, rng, config) -> Outcome:
+    # Checkpoints only move forward; an older observation arriving late changes nothing.
+    if state.latest_checkpoint_step is not None and event.step <= state.latest_checkpoint_step:
+        return state, []
+    return replace(state, latest_checkpoint_step=event.step, latest_checkpoint_uri=event.uri), []
+
+
+def _on_timer(state: JobState, event: ev.TimerFired, now, rng, config) -> Outcome:
+    current = state.current
+    if state.phase is Phase.ACCEPTED:
+        return _start_attempt(state, now)
+    if state.phase is Phase.SUBMITTING:
+        if state.next_attempt_at is not None and now < state.next_attempt_at:
+            return state, [ScheduleWakeup(state.next_attempt_at)]
+        return replace(state, next_attempt_at=None), [_submit_action(current, create=True)]
+    if state.phase is Phase.BACKING_OFF:
+        if now < state.next_attempt_at:
+            return state, [ScheduleWakeup(state.next_attempt_at)]
+        return _start_attempt(state, now)
+    if state.phase is Phase.CANCELLING:
+        if current.vertex_name is None:
+            return state, [_submit_action(current, create=False)]
+        return state, [CancelVertexJob(current.vertex_name, current.number)]
+    return _capacity_wait_alert(state, now, config)
+
+
+def _on_cancel(state: JobState, event: ev.CancelRequested, now, rng, config) -> Outcome:
+    if state.cancel_requested:
+        return state, []
+    state = replace(state, cancel_requested=True)
+    if state.phase in (Phase.ACCEPTED, Phase.BACKING_OFF):
+        return _terminal(replace(state, next_attempt_at=None), Phase.CANCELLED, "cancelled by request")
+    current = state.current
+    state = replace(state, phase=Phase.CANCELLING, next_attempt_at=None)
+    if current.vertex_name is None:
+        return state, [_submit_action(current, create=False)]
+    return state, [CancelVertexJob(current.vertex_name, current.number)]
+
+
+_HANDLERS: dict[type, Callable[..., Outcome]] = {
+    ev.RequestAccepted: _on_request_accepted,
+    ev.AttemptSubmitted: _on_attempt_submitted,
+    ev.AttemptNotFound: _on_attempt_not_found,
+    ev.SubmitFailed: _on_submit_failed,
+    ev.VertexObserved: _on_vertex_observed,
+    ev.VertexJobMissing: _on_vertex_job_missing,
+    ev.CheckpointObserved: _on_checkpoint_observed,
+    ev.TimerFired: _on_timer,
+    ev.CancelRequested: _on_cancel,
+}
+
+
+# --- the restart policy at an attempt's end --------------------------------------------------
+
+def _end_attempt(state: JobState, event: ev.VertexObserved, now, rng: random.Random, config) -> Outcome:
+    current = state.current
+    verdict = classify(Observation(event.vertex_state, event.error_code, event.error_message,
+                                   event.exit_reason))
+    made_progress = state.latest_checkpoint_step is not None and (
+        current.resume_from_step is None or state.latest_checkpoint_step > current.resume_from_step
+    )
+    state = state.with_current(
+        vertex_state=event.vertex_state, ending=verdict.ending, rule=verdict.rule,
+        ended_at=event.end_time or now, error_code=event.error_code,
+        error_message=event.error_message, checkpoint_step_at_end=state.latest_checkpoint_step,
+        started_at=current.started_at or event.start_time,
+    )
+    ran = state.current.started_at is not None
+
+    if state.cancel_requested:
+        if verdict.ending is Ending.SUCCEEDED:
+            return _terminal(state, Phase.SUCCEEDED, "completed before the cancel took effect")
+        return _terminal(state, Phase.CANCELLED, "cancelled by request")
+    if verdict.ending is Ending.SUCCEEDED:
+        return _terminal(state, Phase.SUCCEEDED, "completed")
+    if verdict.ending is Ending.CANCELLED:
+        state, actions = _terminal(state, Phase.CANCELLED, "cancelled outside Relaunch")
+        alert = RaiseAlert("job_cancelled_externally", "WARNING",
+                           f"job {state.job_id} was cancelled outside Relaunch",
+                           _alert_details(state))
+        return state, [alert, *actions]
+
+    retry_streak = 1 if made_progress else state.retry_streak + 1
+    state = replace(state, retry_streak=retry_streak)
+    alerts: list[Action] = []
+    if verdict.ending is Ending.PREEMPTED:
+        state = replace(state, preemptions=state.preemptions + 1,
+                        no_progress_streak=0 if made_progress else state.no_progress_streak)
+        limit = state.policy.max_preemptions
+        if limit is not None and state.preemptions > limit:
+            return _fail(state, "job_failed",
+                         f"preempted {state.preemptions} times, more than maxPreemptions={limit}", now)
+        state, alerts = _preemption_storm_alert(state, now, config)
+    else:
+        state = replace(state, failures=state.failures + 1)
+        if ran or verdict.ending is Ending.USER_ERROR:
+            state = replace(state, no_progress_streak=0 if made_progress
+                            else state.no_progress_streak + 1)
+        what = f"{verdict.ending.value} ({verdict.rule}): {event.error_message}".strip()
+        if verdict.permanent:
+            return _fail(state, "job_failed", f"attempt {current.number} failed permanently: {what}", now)
+        if state.failures > state.policy.max_failures:
+            return _fail(state, "job_failed",
+                         f"failure budget exhausted ({state.failures} failures, "
+                         f"maxFailures={state.policy.max_failures}); last: {what}", now)
+    if state.no_progress_streak >= state.policy.crash_loop_attempts:
+        return _fail(state, "crash_loop",
+                     f"{state.no_progress_streak} consecutive attempts ended without checkpoint "
+                     f"progress (crashLoopAttempts={state.policy.crash_loop_attempts})", now)
+
+    delay = state.policy.backoff.delay(retry_streak, rng)
+    wake = now + delay
+    state = replace(state, phase=Phase.BACKING_OFF, next_attempt_at=wake)
+    return state, [*alerts, ScheduleWakeup(wake)]
+
+
+# --- helpers ---------------------------------------------------------------------------------
+
+def _is_current(state: JobState, attempt: int) -> bool:
+    return state.current is not None and state.current.number == attempt
+
+
+def _start_attempt(state: JobState, now: float) -> Outcome:
+    switch_after = state.policy.on_demand_after_preemptions
+    attempt = Attempt(
+        number=len(state.attempts) + 1,
+        resume_from_step=state.latest_checkpoint_step,
+        resume_from_uri=state.latest_checkpoint_uri,
+        on_demand=switch_after is not None and state.preemptions >= switch_after,
+        intent_at=now,
+    )
+    state = replace(state, attempts=state.attempts + (attempt,), phase=Phase.SUBMITTING,
+                    next_attempt_at=None)
+    return state, [_submit_action(attempt, create=True)]
+
+
+def _submit_action(attempt: Attempt, *, create: bool) -> SubmitAttempt:
+    return SubmitAttempt(attempt.number, attempt.resume_from_uri, attempt.resume_from_step,
+                         attempt.on_demand, create_if_missing=create)
+
+
+def _terminal(state: JobState, phase: Phase, reason: str) -> Outcome:
+    state = replace(state, phase=phase, terminal_reason=reason, next_attempt_at=None)
+    return state, [MarkTerminal(phase.value, reason)]
+
+
+def _fail(state: JobState, kind: str, reason: str, now: float) -> Outcome:
+    state, actions = _terminal(state, Phase.FAILED, reason)
+    state = replace(state, alerts=state.alerts + (Alerted(kind, now),))
+    alert = RaiseAlert(kind, "ERROR", f"job {state.job_id} failed: {reason}", _alert_details(state))
+    return state, [alert, *actions]
+
+
+def _alert_details(state: JobState) -> dict:
+    current = state.current
+    return {
+        "jobId": state.job_id,
+        "attempt": current.number if current else 0,
+        "vertexJob": current.vertex_name if current else None,
+        "failures": state.failures,
+        "preemptions": state.preemptions,
+        "latestCheckpointStep": state.latest_checkpoint_step,
+    }
+
+
+def _cancel_if_stray(event: ev.Event) -> list[Action]:
+    """A live Vertex job that is not the current attempt's must not keep running."""
+    if isinstance(event, ev.VertexObserved) and vertex_is_live(event.vertex_state):
+        return [CancelVertexJob(event.vertex_name, event.attempt)]
+    if isinstance(event, ev.AttemptSubmitted):
+        return [CancelVertexJob(event.vertex_name, event.attempt)]
+    return []
+
+
+def _capacity_wait_alert(state: JobState, now: float, config: CoreConfig) -> Outcome:
+    current = state.current
+    if state.phase is not Phase.QUEUED or current is None or current.submitted_at is None:
+        return state, []
+    kind = f"capacity_wait:attempt-{current.number}"
+    waited = now - current.submitted_at
+    if waited < config.capacity_wait_alert_seconds or any(a.kind == kind for a in state.alerts):
+        return state, []
+    state = replace(state, alerts=state.alerts + (Alerted(kind, now),))
+    alert = RaiseAlert("capacity_wait", "WARNING",
+                       f"job {state.job_id} attempt {current.number} has waited "
+                       f"{waited:.0f}s for capacity", {**_alert_details(state), "waitedSeconds": waited})
+    return state, [alert]
+
+
+def _preemption_storm_alert(state: JobState, now: float, config: CoreConfig) -> Outcome:
+    window_start = now - config.preemption_storm_window_seconds
+    recent = [a for a in state.attempts
+              if a.ending is Ending.PREEMPTED and (a.ended_at or now) >= window_start]
+    already = any(a.kind == "preemption_storm" and a.at >= window_start for a in state.alerts)
+    if len(recent) < config.preemption_storm_count or already:
+        return state, []
+    state = replace(state, alerts=state.alerts + (Alerted("preemption_storm", now),))
+    alert = RaiseAlert("preemption_storm", "WARNING",
+                       f"job {state.job_id} was preempted {len(recent)} times in the last "
+                       f"{config.preemption_storm_window_seconds:.0f}s",
+                       {**_alert_details(state), "recentPreemptions": len(recent)})
+    return state, [alert]

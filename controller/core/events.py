@@ -1,0 +1,87 @@
+"""Events the decision core reacts to. Each says what was observed, never what to do."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class RequestAccepted:
+    """The request is stored; start the first attempt."""
+
+
+@dataclass(frozen=True)
+class AttemptSubmitted:
+    """Vertex has (or already had: adoption) a CustomJob for this attempt."""
+
+    attempt: int
+    vertex_name: str
+
+
+@dataclass(frozen=True)
+class AttemptNotFound:
+    """A label lookup found no Vertex job for this attempt and none was created."""
+
+    attempt: int
+
+
+@dataclass(frozen=True)
+class SubmitFailed:
+    """CreateCustomJob failed after the adapter's own retries.
+
+    `permanent` is True when Vertex rejected the job itself (INVALID_ARGUMENT and the like):
+    submitting it again cannot succeed.
+    """
+
+    attempt: int
+    message: str
+    permanent: bool
+
+
+@dataclass(frozen=True)
+class VertexObserved:
+    """The authoritative state of one attempt's Vertex job (from Get or List, never from a hint).
+
+    `exit_reason` is the trainer's exit record reason for that attempt when the job has ended and
+    a record was found.
+    """
+
+    attempt: int
+    vertex_name: str
+    vertex_state: str  # JobState name without the JOB_STATE_ prefix
+    error_code: int = 0
+    error_message: str = ""
+    start_time: float | None = None
+    end_time: float | None = None
+    exit_reason: str | None = None
+
+
+@dataclass(frozen=True)
+class VertexJobMissing:
+    """GetCustomJob answered NOT_FOUND for an attempt we had submitted (deleted outside Relaunch)."""
+
+    attempt: int
+    vertex_name: str
+
+
+@dataclass(frozen=True)
+class CheckpointObserved:
+    """The latest *committed* checkpoint under the job's checkpoint URI."""
+
+    step: int
+    uri: str
+
+
+@dataclass(frozen=True)
+class TimerFired:
+    """A periodic reconcile pass or a scheduled wake-up: re-derive what should happen now."""
+
+
+@dataclass(frozen=True)
+class CancelRequested:
+    """The user asked to cancel the job."""
+
+
+Event = (
+    RequestAccepted | AttemptSubmitted | AttemptNotFound | SubmitFailed | VertexObserved
+    | VertexJobMissing | CheckpointObserved | TimerFired | CancelRequested
+)

@@ -1,0 +1,120 @@
+"""The state of one managed job, as the decision core sees it.
+
+Plain frozen dataclasses that round-trip through JSON (`to_dict` / `from_dict`), so the state store
+can keep them and a restarted controller continues exactly where the last one stopped. Times are
+seconds since the epoch (floats); the core never reads a clock, `now` is always passed in.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+from enum import Enum
+from typing import Any
+
+from controller.core.classify import Ending
+from controller.core.policy import Backoff, RestartPolicy
+
+
+class Phase(str, Enum):
+    ACCEPTED = "accepted"  # request stored, nothing submitted yet
+    SUBMITTING = "submitting"  # intent for attempt N recorded, Vertex job not confirmed yet
+    QUEUED = "queued"  # Vertex job exists, not running yet (QUEUED/PENDING)
+    RUNNING = "running"
+    BACKING_OFF = "backing_off"  # attempt ended, next one due at next_attempt_at
+    CANCELLING = "cancelling"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        return self in (Phase.SUCCEEDED, Phase.FAILED, Phase.CANCELLED)
+
+
+# Vertex JobState names (without the JOB_STATE_ prefix), grouped by what they mean to us.
+VERTEX_WAITING = frozenset({"QUEUED", "PENDING", "PAUSED", "UPDATING"})
+VERTEX_RUNNING = frozenset({"RUNNING", "CANCELLING"})
+VERTEX_TERMINAL = frozenset({"SUCCEEDED", "FAILED", "CANCELLED", "EXPIRED", "PARTIALLY_SUCCEEDED"})
+
+
+def vertex_is_live(vertex_state: str) -> bool:
+    return vertex_state not in VERTEX_TERMINAL
+
+
+@dataclass(frozen=True)
+class Attempt:
+    number: int
+    resume_from_step: int | None
+    resume_from_uri: str | None
+    on_demand: bool
+    intent_at: float
+    vertex_name: str | None = None
+    vertex_state: str | None = None
+    submitted_at: float | None = None
+    started_at: float | None = None
+    ended_at: float | None = None
+    ending: Ending | None = None
+    rule: str | None = None  # classifier rule that decided `ending`
+    error_code: int = 0
+    error_message: str = ""
+    checkpoint_step_at_end: int | None = None
+
+    @property
+    def ended(self) -> bool:
+        return self.ending is not None
+
+
+@dataclass(frozen=True)
+class Alerted:
+    """An alert already raised for this job, remembered so it is not raised again."""
+
+    kind: str
+    at: float
+
+
+@dataclass(frozen=True)
+class JobState:
+    job_id: str
+    policy: RestartPolicy
+    phase: Phase = Phase.ACCEPTED
+    created_at: float = 0.0
+    updated_at: float = 0.0
+    attempts: tuple[Attempt, ...] = ()
+    failures: int = 0  # endings that spent the failure budget
+    preemptions: int = 0
+    no_progress_streak: int = 0  # consecutive attempts that ended without checkpoint progress
+    retry_streak: int = 0  # consecutive endings since the checkpoint last advanced (backoff index)
+    latest_checkpoint_step: int | None = None
+    latest_checkpoint_uri: str | None = None
+    next_attempt_at: float | None = None  # BACKING_OFF: when to submit; SUBMITTING: retry time
+    cancel_requested: bool = False
+    terminal_reason: str | None = None
+    alerts: tuple[Alerted, ...] = field(default=())
+
+    @property
+    def current(self) -> Attempt | None:
+        return self.attempts[-1] if self.attempts else None
+
+    def with_current(self, **changes: Any) -> "JobState":
+        assert self.attempts, "no attempt to change"
+        return replace(self, attempts=self.attempts[:-1] + (replace(self.attempts[-1], **changes),))
+
+    # --- serialisation -------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["phase"] = self.phase.value
+        for attempt in data["attempts"]:
+            if attempt["ending"] is not None:
+                attempt["ending"] = Ending(attempt["ending"]).value
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "JobState":
+        policy_data = dict(data["policy"])
+        policy = RestartPolicy(**{**policy_data, "backoff": Backoff(**policy_data["backoff"])})
+        attempts = tuple(
+            Attempt(**{**a, "ending": Ending(a["ending"]) if a.get("ending") else None})
+            for a in data.get("attempts", ())
+        )
+        alerts = tuple(Alerted(**a) for a in data.get("alerts", ()))
+        rest = {k: v for k, v in data.items() if k not in ("policy", "attempts", "alerts", "phase")}
+        return cls(policy=policy, attempts=attempts, alerts=alerts, phase=Phase(data["phase"]), **rest)

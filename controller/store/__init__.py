@@ -1,0 +1,4 @@
+"""Durable, compare-and-set storage of job records. See `base.StateStore` for the contract."""
+from controller.store.base import AlreadyExists, Fenced, StateStore, Versioned, VersionConflict
+
+__all__ = ["AlreadyExists", "Fenced", "StateStore", "Versioned", "VersionConflict"]

@@ -1,0 +1,72 @@
+"""The state store contract.
+
+A store maps keys (job ids, or `prefix/name` paths) to JSON documents. Every document has a
+version; a write names the version it replaces and is refused if the stored one moved on
+(compare-and-set), so two writers can never silently overwrite each other.
+
+Fencing: a write may carry a fence token (the controller's lease generation). The store remembers
+the highest fence that wrote each document and refuses a write whose fence is lower, so a former
+leader that stalled and wakes up cannot overwrite what the new leader decided.
+
+Implementations: `sqlite.SqliteStateStore` (embedded, the default) and `gcs.GcsStateStore`
+(production). `tests/store/contract.py` holds the tests every implementation must pass.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Iterator, Protocol
+
+_KEY = re.compile(r"^[a-z0-9][a-z0-9._-]*(/[a-z0-9][a-z0-9._-]*)*$")
+
+
+class StoreError(Exception):
+    pass
+
+
+class AlreadyExists(StoreError):
+    """`create` found a document under that key."""
+
+
+class VersionConflict(StoreError):
+    """The document changed since it was read (or does not exist any more)."""
+
+
+class Fenced(StoreError):
+    """A writer with a newer fence token has written this document: stop acting."""
+
+
+@dataclass(frozen=True)
+class Versioned:
+    key: str
+    document: dict[str, Any]
+    version: int
+
+
+def check_key(key: str) -> str:
+    if not _KEY.match(key) or len(key) > 512:
+        raise ValueError(f"invalid store key {key!r}: lowercase letters, digits, '.', '_', '-' "
+                         "and '/' separators")
+    return key
+
+
+class StateStore(Protocol):
+    def get(self, key: str) -> Versioned | None:
+        """The current document and version, or None."""
+
+    def create(self, key: str, document: dict[str, Any], *, fence: int = 0) -> int:
+        """Store a new document; raise AlreadyExists if the key is taken. Returns its version."""
+
+    def put(self, key: str, document: dict[str, Any], *, expected_version: int,
+            fence: int = 0) -> int:
+        """Replace the document if its version is still `expected_version`.
+
+        Raises VersionConflict if it is not (or the key is gone), Fenced if a higher fence wrote
+        it. Returns the new version.
+        """
+
+    def list(self, prefix: str = "") -> Iterator[Versioned]:
+        """All documents whose key starts with `prefix`, in key order."""
+
+    def delete(self, key: str, *, expected_version: int) -> None:
+        """Remove the document if its version is still `expected_version`."""

@@ -1,0 +1,95 @@
+"""Tests every StateStore implementation must pass.
+
+Subclass `StateStoreContract` in a test module and provide a `store` fixture that yields a fresh,
+empty store; pytest collects the inherited tests for it.
+"""
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from controller.store import AlreadyExists, Fenced, VersionConflict
+
+
+class StateStoreContract:
+    def test_missing_key_reads_as_none(self, store):
+        assert store.get("nobody") is None
+
+    def test_created_document_reads_back_with_version_1(self, store):
+        version = store.create("job-a", {"phase": "accepted", "n": 1})
+        found = store.get("job-a")
+        assert (version, found.document, found.version) == (1, {"phase": "accepted", "n": 1}, 1)
+
+    def test_create_refuses_an_existing_key(self, store):
+        store.create("job-a", {"n": 1})
+        with pytest.raises(AlreadyExists):
+            store.create("job-a", {"n": 2})
+        assert store.get("job-a").document == {"n": 1}
+
+    def test_put_with_current_version_replaces_and_bumps_version(self, store):
+        store.create("job-a", {"n": 1})
+        new_version = store.put("job-a", {"n": 2}, expected_version=1)
+        found = store.get("job-a")
+        assert found.document == {"n": 2} and found.version == new_version and new_version > 1
+
+    def test_put_with_stale_version_is_refused_and_changes_nothing(self, store):
+        store.create("job-a", {"n": 1})
+        store.put("job-a", {"n": 2}, expected_version=1)
+        with pytest.raises(VersionConflict):
+            store.put("job-a", {"n": 3}, expected_version=1)
+        assert store.get("job-a").document == {"n": 2}
+
+    def test_put_on_missing_key_is_a_conflict(self, store):
+        with pytest.raises(VersionConflict):
+            store.put("ghost", {"n": 1}, expected_version=1)
+
+    def test_lower_fence_cannot_overwrite_a_higher_fence(self, store):
+        store.create("job-a", {"by": "old leader"}, fence=1)
+        version = store.put("job-a", {"by": "new leader"}, expected_version=1, fence=2)
+        with pytest.raises(Fenced):
+            store.put("job-a", {"by": "old leader again"}, expected_version=version, fence=1)
+        assert store.get("job-a").document == {"by": "new leader"}
+
+    def test_equal_fence_may_keep_writing(self, store):
+        store.create("job-a", {"n": 1}, fence=5)
+        assert store.put("job-a", {"n": 2}, expected_version=1, fence=5) > 1
+
+    def test_concurrent_writers_from_one_version_exactly_one_wins(self, store):
+        store.create("job-a", {"n": 0})
+        outcomes = []
+        barrier = threading.Barrier(8)
+
+        def writer(i):
+            barrier.wait()
+            try:
+                store.put("job-a", {"n": i}, expected_version=1)
+                outcomes.append(("won", i))
+            except VersionConflict:
+                outcomes.append(("lost", i))
+
+        threads = [threading.Thread(target=writer, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=30)
+        winners = [i for result, i in outcomes if result == "won"]
+        assert len(outcomes) == 8 and len(winners) == 1
+        assert store.get("job-a").document == {"n": winners[0]}
+
+    def test_list_by_prefix_in_key_order(self, store):
+        for key in ("jobs/b", "jobs/a", "rejected/x", "jobs/c"):
+            store.create(key, {"key": key})
+        assert [v.key for v in store.list("jobs/")] == ["jobs/a", "jobs/b", "jobs/c"]
+        assert [v.document["key"] for v in store.list("rejected/")] == ["rejected/x"]
+
+    def test_delete_needs_the_current_version(self, store):
+        store.create("job-a", {"n": 1})
+        with pytest.raises(VersionConflict):
+            store.delete("job-a", expected_version=7)
+        store.delete("job-a", expected_version=1)
+        assert store.get("job-a") is None
+
+    def test_bad_keys_are_refused_with_a_reason(self, store):
+        with pytest.raises(ValueError, match="invalid store key"):
+            store.create("Bad Key!", {})
