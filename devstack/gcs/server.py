@@ -1,0 +1,213 @@
+"""The HTTP server: gcp-storage-emulator's route table and request parsing, served by a
+threading server, with our object handlers in place of the library's where it falls short
+(preconditions, streaming, generations) and errors mapped to GCS status codes."""
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from gcp_storage_emulator import server as lib_server
+from gcp_storage_emulator.exceptions import BadRequest, Conflict, NotFound
+from gcp_storage_emulator.handlers import buckets as lib_buckets
+from gcp_storage_emulator.handlers import objects as lib_objects
+
+from devstack.gcs import objects, replies, uploads
+from devstack.gcs.preconditions import InvalidPrecondition, PreconditionFailed
+from devstack.gcs.storage import GcsStorage
+
+log = logging.getLogger(__name__)
+
+_PIECE = 1 << 20  # bytes moved per read/write when streaming bodies
+
+
+class Request(lib_server.Request):
+    """The library's request, plus streaming access to the body."""
+
+    def __init__(self, handler, method):
+        super().__init__(handler, method)
+        self._body_read = False  # set once the body has been taken off the socket
+
+    @property
+    def data(self):
+        if self._body_read and self._data is lib_server._UNSET:
+            return None  # streamed away by iter_body()
+        self._body_read = True
+        return super().data
+
+    def iter_body(self):
+        """Yield the request body in pieces without holding it all."""
+        if self._body_read:
+            return
+        self._body_read = True
+        rfile = self._request_handler.rfile
+        length = self.get_header("Content-Length")
+        if length is not None:
+            remaining = int(length)
+            while remaining > 0:
+                piece = rfile.read(min(_PIECE, remaining))
+                if not piece:
+                    raise ConnectionError("client closed the connection mid-body")
+                remaining -= len(piece)
+                yield piece
+        elif (self.get_header("Transfer-Encoding") or "").lower() == "chunked":
+            while True:
+                size = int(rfile.readline().strip() or b"0", 16)
+                if size == 0:
+                    rfile.readline()
+                    return
+                yield rfile.read(size)
+                rfile.readline()
+
+    def drain(self):
+        for _ in self.iter_body():
+            pass
+
+
+class Response(lib_server.Response):
+    """The library's response, plus a streamed body from a file object."""
+
+    _blob = None
+
+    def stream(self, blob, start: int, length: int, content_type: str):
+        self["Content-Type"] = content_type
+        self._blob, self._start, self._length = blob, start, length
+
+    def close(self):
+        if self._blob is None:
+            return super().close()
+        handler = self._handler
+        with self._blob as blob:
+            handler.send_response(self.status.value, self.status.phrase)
+            for key, value in self._headers.items():
+                handler.send_header(key, value)
+            handler.send_header("Content-Length", str(self._length))
+            handler.end_headers()
+            blob.seek(self._start)
+            remaining = self._length
+            while remaining > 0:
+                piece = blob.read(min(_PIECE, remaining))
+                if not piece:
+                    break
+                handler.wfile.write(piece)
+                remaining -= len(piece)
+
+
+@dataclass
+class Backend:
+    storage: GcsStorage
+    sessions: uploads.UploadSessions = field(default_factory=uploads.UploadSessions)
+
+
+# Library handlers replaced by ours; these take (request, response, backend).
+_OURS = {
+    lib_objects.insert: uploads.insert,
+    lib_objects.upload_partial: uploads.upload_chunk,
+    lib_objects.get: objects.get,
+    lib_objects.download: objects.download,
+    lib_objects.patch: objects.patch,
+    lib_objects.delete: objects.delete,
+}
+
+
+def _route(handler):
+    if handler in _OURS:
+        return _OURS[handler]
+
+    def reused(request, response, backend):
+        storage = backend.storage
+        if handler.__module__ == lib_buckets.__name__:
+            request.data  # read the body before taking the lock: a slow client must not block all
+            with storage.lock:
+                return handler(request, response, storage)
+        return handler(request, response, storage)  # GcsStorage's methods lock themselves
+
+    return reused
+
+
+_ROUTES = [
+    (re.compile(regex), {method: _route(fn) for method, fn in methods.items()})
+    for regex, methods in lib_server.HANDLERS
+]
+
+
+def dispatch(request: Request, response: Response, backend: Backend) -> None:
+    for pattern, methods in _ROUTES:
+        match = pattern.fullmatch(request.path)
+        if not match:
+            continue
+        request.set_match(match)
+        handler = methods.get(request.method)
+        if handler is None and request.method == "POST" and request.query.get("uploadType"):
+            handler = uploads.insert  # some clients POST uploads without the /upload prefix
+        if handler is None:
+            break
+        try:
+            handler(request, response, backend)
+        except NotFound as err:
+            replies.not_found(response, str(err) or "Not Found")
+        except PreconditionFailed:
+            replies.precondition_failed(response)
+        except (InvalidPrecondition, BadRequest, Conflict) as err:
+            replies.bad_request(response, str(err))
+        except Exception as err:  # the client should see a 500, not a dropped connection
+            log.exception("GCS stand-in failed on %s %s", request.method, request.path)
+            replies.error(response, HTTPStatus.INTERNAL_SERVER_ERROR, "backendError", repr(err))
+        return
+    replies.error(response, HTTPStatus.NOT_IMPLEMENTED, "notImplemented",
+                  f"{request.method} {request.path} is not emulated")
+
+
+class _RequestHandler(BaseHTTPRequestHandler):
+    backend: Backend  # set on the subclass made per server
+
+    def _handle(self):
+        method = self.headers.get("X-HTTP-Method-Override") or self.command
+        request = Request(self, method)
+        response = Response(self)
+        dispatch(request, response, self.backend)
+        request.drain()  # HTTP/1.0 closes after the reply; unread bytes would reset the client
+        response.close()
+
+    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _handle
+
+    def log_message(self, format, *args):
+        log.debug(format, *args)
+
+
+class _ThreadingServer(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 128
+
+
+class GcsEmulator:
+    """A running GCS stand-in. Use start_gcs() to make one."""
+
+    def __init__(self, host: str, port: int, data_dir: str | None):
+        self.storage = GcsStorage(data_dir)
+        handler = type("Handler", (_RequestHandler,), {"backend": Backend(self.storage)})
+        self._server = _ThreadingServer((host, port), handler)
+        self.host = host
+        self.port = self._server.server_address[1]
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name=f"gcs-stand-in:{self.port}", daemon=True
+        )
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=10)
+
+    def __enter__(self) -> "GcsEmulator":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
