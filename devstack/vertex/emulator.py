@@ -1,0 +1,355 @@
+"""The emulator object: job store, JobService operations, fault injection, start and stop."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import sys
+import threading
+import time
+from concurrent import futures
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Iterable
+
+import grpc
+from google.cloud.aiplatform_v1 import (
+    CancelCustomJobRequest,
+    CreateCustomJobRequest,
+    CustomJob,
+    DeleteCustomJobRequest,
+    DeleteOperationMetadata,
+    GenericOperationMetadata,
+    GetCustomJobRequest,
+    JobState,
+    ListCustomJobsRequest,
+    ListCustomJobsResponse,
+)
+from google.longrunning import operations_pb2
+from google.protobuf import any_pb2, empty_pb2
+from google.rpc import status_pb2
+
+from devstack.vertex import events
+from devstack.vertex.faults import ApiFaults, Quotas
+from devstack.vertex.filters import FilterError, parse_filter
+from devstack.vertex.jobrun import JobRecord, JobRunner, Stockout
+from devstack.vertex.validation import validate_custom_job
+
+DEFAULT_PAGE_SIZE = 100
+MAX_PAGE_SIZE = 1000
+_OUTPUT_ONLY_FIELDS = ("name", "state", "create_time", "start_time", "end_time", "update_time", "error")
+
+
+class ApiError(Exception):
+    """An RPC answered with a non-OK status; the gRPC layer turns it into the status."""
+
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _copy(job: CustomJob) -> CustomJob:
+    # Callers get a snapshot: the gRPC layer serialises after the lock is released.
+    return CustomJob.deserialize(CustomJob.serialize(job))
+
+
+class VertexEmulator:
+    """A local Vertex AI JobService; build it with ``start_vertex`` rather than directly."""
+
+    def __init__(
+        self,
+        *,
+        project: str,
+        region: str,
+        workdir: str,
+        event_sink: events.EventSink | None = None,
+        python_bin_dir: str | None = None,
+        provisioning_seconds: float = 0.5,
+        kill_grace_seconds: float = 5.0,
+    ) -> None:
+        self.project = project
+        self.region = region
+        self.workdir = str(Path(workdir).resolve())
+        self.python_bin_dir = python_bin_dir or os.path.dirname(sys.executable)
+        self.provisioning_seconds = provisioning_seconds
+        self.kill_grace_seconds = kill_grace_seconds
+        self.parent = f"projects/{project}/locations/{region}"
+        self.changed = threading.Condition(threading.RLock())
+        self.stopping = False
+        self.host_port = ""
+        self._jobs: dict[str, JobRecord] = {}  # by full job name
+        self._operations: dict[str, operations_pb2.Operation] = {}
+        # Microsecond clock as the first id: ids stay unique across restarts sharing a workdir.
+        self._ids = itertools.count(time.time_ns() // 1000)
+        self._operation_ids = itertools.count(1)
+        self._stockout = Stockout()
+        self.faults = ApiFaults()
+        self.quotas = Quotas()
+        self._events = events.EventDispatcher(event_sink)
+        self._server: grpc.Server | None = None
+        Path(self.workdir).mkdir(parents=True, exist_ok=True)
+
+    # ----- lifecycle of the emulator itself -------------------------------------------------
+
+    def serve(self, host: str, port: int) -> None:
+        from devstack.vertex.service import JobServiceHandler
+
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="vertex-rpc"))
+        server.add_generic_rpc_handlers((JobServiceHandler(self),))
+        bound = server.add_insecure_port(f"{host}:{port}")
+        if bound == 0:
+            raise OSError(f"cannot bind the Vertex stand-in to {host}:{port}")
+        server.start()
+        self._server = server
+        self.host_port = f"{host}:{bound}"
+
+    def stop(self) -> None:
+        """Stop serving and kill every replica of every job; returns when they are gone."""
+        with self.changed:
+            self.stopping = True
+            threads = [r.thread for r in self._jobs.values() if r.thread is not None]
+            self.changed.notify_all()
+        if self._server is not None:
+            self._server.stop(grace=0)
+        for thread in threads:
+            thread.join(timeout=30.0)
+        self._events.close()
+
+    def __enter__(self) -> VertexEmulator:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    # ----- state changes (called by job runners and RPCs) -----------------------------------
+
+    def transition(self, record: JobRecord, state: JobState, error: status_pb2.Status | None = None) -> None:
+        with self.changed:
+            now = _now()
+            job = record.job
+            job.state = state
+            job.update_time = now
+            if state == JobState.JOB_STATE_RUNNING and "start_time" not in job:
+                job.start_time = now
+            if error is not None:
+                job.error = error
+            self._events.publish(events.state_log_entry(self.project, record.job_id, state, now))
+            self.changed.notify_all()
+
+    def finish(self, record: JobRecord, state: JobState, error: status_pb2.Status | None = None) -> None:
+        with self.changed:
+            if not record.active:
+                return
+            record.job.end_time = _now()
+            self.transition(record, state, error)
+
+    def stockout_queues_jobs(self) -> bool:
+        with self.changed:
+            return self._stockout.queue_seconds > 0
+
+    # ----- JobService -----------------------------------------------------------------------
+
+    def _check_parent(self, parent: str) -> None:
+        if not re.fullmatch(r"projects/[^/]+/locations/[^/]+", parent):
+            raise ApiError(grpc.StatusCode.INVALID_ARGUMENT, f"Invalid parent: {parent!r}.")
+        if parent != self.parent:
+            raise ApiError(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"This devstack serves only {self.parent}, not {parent}.",
+            )
+
+    def _record(self, name: str) -> JobRecord:
+        record = self._jobs.get(name)
+        if record is None:
+            raise ApiError(grpc.StatusCode.NOT_FOUND, f"The CustomJob does not exist: {name}.")
+        return record
+
+    def create_custom_job(self, request: CreateCustomJobRequest) -> CustomJob:
+        self._check_parent(request.parent)
+        problem = validate_custom_job(request.custom_job)
+        if problem:
+            raise ApiError(grpc.StatusCode.INVALID_ARGUMENT, problem)
+        job = _copy(request.custom_job)
+        for output_only in _OUTPUT_ONLY_FIELDS:
+            if output_only in job:
+                delattr(job, output_only)  # the server sets these; a client cannot
+        with self.changed:
+            if self.stopping:
+                raise ApiError(grpc.StatusCode.UNAVAILABLE, "The Vertex stand-in is shutting down.")
+            job_id = str(next(self._ids))
+            job.name = f"{self.parent}/customJobs/{job_id}"
+            job.create_time = _now()
+            record = JobRecord(job=job, job_id=job_id, stockout=self._stockout)
+            self._jobs[job.name] = record
+            self.transition(record, JobState.JOB_STATE_QUEUED)
+            runner = JobRunner(self, record)
+            record.thread = threading.Thread(target=runner.run, name=f"vertex-job-{job_id}", daemon=True)
+            record.thread.start()
+            return _copy(job)
+
+    def get_custom_job(self, request: GetCustomJobRequest) -> CustomJob:
+        with self.changed:
+            return _copy(self._record(request.name).job)
+
+    def list_custom_jobs(self, request: ListCustomJobsRequest) -> ListCustomJobsResponse:
+        self._check_parent(request.parent)
+        try:
+            matches = parse_filter(request.filter)
+        except FilterError as exc:
+            raise ApiError(grpc.StatusCode.INVALID_ARGUMENT, f"Invalid filter: {exc}") from exc
+        if request.page_size < 0:
+            raise ApiError(grpc.StatusCode.INVALID_ARGUMENT, "page_size must not be negative.")
+        page_size = min(request.page_size or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
+        # The token is the id of the last job of the previous page; newest jobs come first, so a
+        # job created while paging never shifts the pages that follow.
+        before: int | None = None
+        if request.page_token:
+            if not request.page_token.isdigit():
+                raise ApiError(grpc.StatusCode.INVALID_ARGUMENT, "Invalid page_token.")
+            before = int(request.page_token)
+        with self.changed:
+            records = sorted(self._jobs.values(), key=lambda r: int(r.job_id), reverse=True)
+            selected = [
+                r for r in records if (before is None or int(r.job_id) < before) and matches(r.job)
+            ]
+            page = selected[:page_size]
+            token = page[-1].job_id if len(selected) > page_size else ""
+            return ListCustomJobsResponse(custom_jobs=[_copy(r.job) for r in page], next_page_token=token)
+
+    def cancel_custom_job(self, request: CancelCustomJobRequest) -> empty_pb2.Empty:
+        with self.changed:
+            record = self._record(request.name)
+            if not record.active:
+                raise ApiError(
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                    f"Cannot cancel {request.name}: it is already in state {record.job.state.name}.",
+                )
+            if not record.cancel_requested:
+                record.cancel_requested = True
+                self.transition(record, JobState.JOB_STATE_CANCELLING)
+        return empty_pb2.Empty()
+
+    def delete_custom_job(self, request: DeleteCustomJobRequest) -> operations_pb2.Operation:
+        with self.changed:
+            record = self._record(request.name)
+            if record.active:
+                raise ApiError(
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                    f"The CustomJob {request.name} cannot be deleted because it is in state "
+                    f"{record.job.state.name}; cancel it first.",
+                )
+            del self._jobs[request.name]
+            now = _now()
+            metadata = DeleteOperationMetadata(
+                generic_metadata=GenericOperationMetadata(create_time=now, update_time=now)
+            )
+            operation = operations_pb2.Operation(
+                name=f"{request.name}/operations/{next(self._operation_ids)}", done=True
+            )
+            operation.metadata.Pack(DeleteOperationMetadata.pb(metadata))
+            operation.response.Pack(empty_pb2.Empty())
+            self._operations[operation.name] = operation
+            return operation
+
+    def get_operation(self, request: operations_pb2.GetOperationRequest) -> operations_pb2.Operation:
+        with self.changed:
+            operation = self._operations.get(request.name)
+            if operation is None:
+                raise ApiError(grpc.StatusCode.NOT_FOUND, f"Operation not found: {request.name}.")
+            result = operations_pb2.Operation()
+            result.CopyFrom(operation)
+            return result
+
+    # ----- fault injection and test helpers -------------------------------------------------
+
+    def preempt(self, job_name: str, grace_seconds: float = 30.0) -> bool:
+        """Reclaim the job's Spot VMs: SIGTERM to every replica, SIGKILL after the grace period,
+        and the job FAILS with code 14. False if the job had already ended; KeyError if unknown."""
+        with self.changed:
+            record = self._jobs[job_name]
+            if not record.active:
+                return False
+            if record.preempt_grace is None:
+                record.preempt_grace = max(float(grace_seconds), 0.0)
+            self.changed.notify_all()
+            return True
+
+    def set_stockout(self, queue_seconds: float = 0.0, fail: bool = False) -> None:
+        """New jobs wait ``queue_seconds`` before provisioning and, with ``fail``, then end FAILED
+        (code 8) without running. Defaults clear the stockout and release jobs waiting in it."""
+        if queue_seconds < 0:
+            raise ValueError("queue_seconds must not be negative")
+        with self.changed:
+            self._stockout = Stockout(float(queue_seconds), bool(fail))
+            self.changed.notify_all()
+
+    def set_api_faults(
+        self, rate: float, codes: Iterable[grpc.StatusCode | str | int] = (), seed: int | None = None
+    ) -> None:
+        """Answer ``rate`` of RPCs with one of ``codes`` instead of serving them; 0 clears."""
+        self.faults.configure(rate, codes, seed)
+
+    def set_quota(self, enabled: bool, creates_per_minute: int = 60, other_per_minute: int = 600) -> None:
+        """Enforce Vertex's per-minute limits; over them an RPC gets RESOURCE_EXHAUSTED."""
+        self.quotas.configure(enabled, creates_per_minute, other_per_minute)
+
+    def wait_for_state(self, job_name: str, states: set[JobState], timeout: float) -> CustomJob:
+        """Block until the job is in one of ``states``; TimeoutError (with the last state) if not."""
+        with self.changed:
+            reached = self.changed.wait_for(
+                lambda: job_name in self._jobs and self._jobs[job_name].job.state in states, timeout
+            )
+            if not reached:
+                record = self._jobs.get(job_name)
+                last = record.job.state.name if record else "missing"
+                raise TimeoutError(f"{job_name} did not reach {sorted(s.name for s in states)}; it is {last}")
+            return _copy(self._jobs[job_name].job)
+
+    def replica_pids(self, job_name: str) -> dict[str, int]:
+        """Process id of each started replica, by ``workerpool{i}-{j}``."""
+        with self.changed:
+            record = self._jobs[job_name]
+            return {r.plan.name: r.process.pid for r in record.replicas if r.process is not None}
+
+    def replica_log(self, job_name: str, replica: str = "workerpool0-0") -> Path:
+        """Path of one replica's combined stdout/stderr."""
+        with self.changed:
+            return Path(self.workdir) / self._jobs[job_name].job_id / f"{replica}.log"
+
+    def jobs(self) -> list[CustomJob]:
+        """Every job not deleted, oldest first."""
+        with self.changed:
+            records = sorted(self._jobs.values(), key=lambda r: int(r.job_id))
+            return [_copy(r.job) for r in records]
+
+
+def start_vertex(
+    host: str = "127.0.0.1",
+    port: int = 0,
+    *,
+    project: str,
+    region: str,
+    workdir: str,
+    event_sink: events.EventSink | None = None,
+    python_bin_dir: str | None = None,
+    provisioning_seconds: float = 0.5,
+    kill_grace_seconds: float = 5.0,
+) -> VertexEmulator:
+    """Start the JobService stand-in on ``host:port`` (0 picks a free port; see ``.host_port``)."""
+    emulator = VertexEmulator(
+        project=project,
+        region=region,
+        workdir=workdir,
+        event_sink=event_sink,
+        python_bin_dir=python_bin_dir,
+        provisioning_seconds=provisioning_seconds,
+        kill_grace_seconds=kill_grace_seconds,
+    )
+    emulator.serve(host, port)
+    return emulator

@@ -1,0 +1,94 @@
+"""gRPC face of the emulator: the JobService method paths Relaunch calls, plus GetOperation.
+
+Every served call first passes the injected faults and the quota; any other method of
+JobService (or any other service) is left unhandled, which gRPC answers with UNIMPLEMENTED.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
+
+import grpc
+from google.cloud.aiplatform_v1 import (
+    CancelCustomJobRequest,
+    CreateCustomJobRequest,
+    CustomJob,
+    DeleteCustomJobRequest,
+    GetCustomJobRequest,
+    ListCustomJobsRequest,
+    ListCustomJobsResponse,
+)
+from google.longrunning import operations_pb2
+
+from devstack.vertex.emulator import ApiError
+
+if TYPE_CHECKING:
+    from devstack.vertex.emulator import VertexEmulator
+
+log = logging.getLogger(__name__)
+
+_JOB_SERVICE = "/google.cloud.aiplatform.v1.JobService/"
+
+
+def _serialize_protobuf(message: Any) -> bytes:
+    return message.SerializeToString()
+
+
+@dataclass(frozen=True)
+class _Method:
+    call: Callable[[Any], Any]
+    deserialize: Callable[[bytes], Any]
+    serialize: Callable[[Any], bytes]
+    is_create: bool = False
+
+
+class JobServiceHandler(grpc.GenericRpcHandler):
+    def __init__(self, emulator: VertexEmulator) -> None:
+        self._emulator = emulator
+        self._methods = {
+            _JOB_SERVICE + "CreateCustomJob": _Method(
+                emulator.create_custom_job, CreateCustomJobRequest.deserialize, CustomJob.serialize, True
+            ),
+            _JOB_SERVICE + "GetCustomJob": _Method(
+                emulator.get_custom_job, GetCustomJobRequest.deserialize, CustomJob.serialize
+            ),
+            _JOB_SERVICE + "ListCustomJobs": _Method(
+                emulator.list_custom_jobs, ListCustomJobsRequest.deserialize, ListCustomJobsResponse.serialize
+            ),
+            _JOB_SERVICE + "CancelCustomJob": _Method(
+                emulator.cancel_custom_job, CancelCustomJobRequest.deserialize, _serialize_protobuf
+            ),
+            _JOB_SERVICE + "DeleteCustomJob": _Method(
+                emulator.delete_custom_job, DeleteCustomJobRequest.deserialize, _serialize_protobuf
+            ),
+            "/google.longrunning.Operations/GetOperation": _Method(
+                emulator.get_operation, operations_pb2.GetOperationRequest.FromString, _serialize_protobuf
+            ),
+        }
+
+    def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
+        method = self._methods.get(handler_call_details.method)
+        if method is None:
+            return None
+        return grpc.unary_unary_rpc_method_handler(
+            self._guarded(method),
+            request_deserializer=method.deserialize,
+            response_serializer=method.serialize,
+        )
+
+    def _guarded(self, method: _Method) -> Callable[[Any, grpc.ServicerContext], Any]:
+        def behaviour(request: Any, context: grpc.ServicerContext) -> Any:
+            fault = self._emulator.faults.draw()
+            if fault is not None:
+                context.abort(fault, f"devstack: injected {fault.name} fault.")
+            over_quota = self._emulator.quotas.admit(method.is_create)
+            if over_quota is not None:
+                context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, over_quota)
+            try:
+                return method.call(request)
+            except ApiError as error:
+                context.abort(error.code, error.message)
+
+        return behaviour
