@@ -1,0 +1,98 @@
+"""Prometheus metrics of the controller, in a registry of their own.
+
+Each `Metrics` owns a fresh `CollectorRegistry` instead of the process-global one, so a test (or a
+second controller in one process) gets clean counters and no "duplicated timeseries" errors.
+"""
+from __future__ import annotations
+
+from typing import Callable, Mapping
+
+import threading
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+# What /metrics answers with (text exposition format 0.0.4).
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+# From "resubmitted at once" to "waited an hour for a quota window or capacity".
+RECOVERY_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1200, 1800, 3600)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.jobs = Gauge("relaunch_jobs", "Jobs the controller tracks, by state.", ["state"], registry=r)
+        self.attempts = Counter("relaunch_attempts", "Attempts submitted as CustomJobs.", registry=r)
+        self.preemptions = Counter("relaunch_preemptions", "Attempts ended by a Spot preemption.",
+                                   registry=r)
+        self.failures = Counter("relaunch_failures", "Attempts that ended in failure, by ending "
+                                "(user_error, infrastructure, timeout, ...).", ["ending"], registry=r)
+        self.recovery_seconds = Histogram(
+            "relaunch_recovery_seconds",
+            "Time from observing an attempt's end to the replacement's CreateCustomJob.",
+            buckets=RECOVERY_BUCKETS, registry=r)
+        self.api_errors = Counter("relaunch_api_errors", "Failed Google API calls, by api and code.",
+                                  ["api", "code"], registry=r)
+        self.rejected_requests = Counter("relaunch_rejected_requests",
+                                         "Job requests rejected and dead-lettered, by reason.",
+                                         ["reason"], registry=r)
+        self.alerts = Counter("relaunch_alerts", "Alerts raised, by kind.", ["kind"], registry=r)
+        self.is_leader = Gauge("relaunch_is_leader", "1 while this instance holds the leader lease.",
+                               registry=r)
+        self.goodput_ratio = Gauge("relaunch_goodput_ratio",
+                                   "Share of a job's GPU time that produced kept training progress.",
+                                   ["job_id"], registry=r)
+        self._job_states_source: Callable[[], Mapping[str, int]] | None = None
+        self._known_states: set[str] = set()
+        # The engine sets counts while an HTTP thread may be refreshing them for a scrape.
+        self._states_lock = threading.Lock()
+
+    # --- jobs by state -------------------------------------------------------------------------
+    def set_job_states(self, counts: Mapping[str, int]) -> None:
+        """Replace the per-state job counts; states absent from `counts` drop to 0 (not vanish),
+        so a dashboard sees "no more RUNNING jobs" rather than a stale last value."""
+        with self._states_lock:
+            for state in self._known_states - set(counts):
+                self.jobs.labels(state=state).set(0)
+            for state, count in counts.items():
+                self.jobs.labels(state=state).set(count)
+            self._known_states |= set(counts)
+
+    def job_states_from(self, source: Callable[[], Mapping[str, int]]) -> None:
+        """Read the counts from `source` at every scrape instead of pushing them."""
+        self._job_states_source = source
+
+    # --- convenience recorders (one place for label names) -------------------------------------
+    def attempt_submitted(self) -> None:
+        self.attempts.inc()
+
+    def preempted(self) -> None:
+        self.preemptions.inc()
+
+    def failed(self, ending: str) -> None:
+        self.failures.labels(ending=ending).inc()
+
+    def recovered(self, seconds: float) -> None:
+        self.recovery_seconds.observe(max(0.0, seconds))
+
+    def api_error(self, api: str, code: str | int) -> None:
+        self.api_errors.labels(api=api, code=str(code)).inc()
+
+    def rejected(self, reason: str) -> None:
+        self.rejected_requests.labels(reason=reason).inc()
+
+    def alert(self, kind: str) -> None:
+        self.alerts.labels(kind=kind).inc()
+
+    def set_leader(self, leading: bool) -> None:
+        self.is_leader.set(1 if leading else 0)
+
+    def set_goodput(self, job_id: str, ratio: float) -> None:
+        self.goodput_ratio.labels(job_id=job_id).set(ratio)
+
+    def render(self) -> bytes:
+        """The registry in Prometheus text format; refreshes job counts from the source first."""
+        if self._job_states_source is not None:
+            self.set_job_states(self._job_states_source())
+        return generate_latest(self.registry)
