@@ -23,7 +23,7 @@ import difflib
 from typing import Annotated
 
 import yaml
-from google.cloud.aiplatform_v1.types import custom_job as vertex
+from google.cloud import aiplatform_v1 as vertex
 from google.protobuf import json_format, message_factory
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
