@@ -73,7 +73,10 @@ class Replica:
             return False
         except PermissionError:
             return True
-        return True
+        # killpg also finds zombies: orphans whose new parent has not reaped them yet (some
+        # container init processes never do). They no longer run, so they must not hold up
+        # a teardown for the whole grace period.
+        return _group_has_running_member(self.process.pid)
 
     def signal_group(self, signum: int) -> None:
         if self.process is None:
@@ -82,6 +85,23 @@ class Replica:
             os.killpg(self.process.pid, signum)
         except (ProcessLookupError, PermissionError):
             pass
+
+
+def _group_has_running_member(pgid: int) -> bool:
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return True  # no way to tell zombies apart here: count the group as alive
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # the process ended while we looked
+        # After the command name: state, ppid, pgrp, ...
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
 
 
 def _free_ports(count: int) -> list[int]:
