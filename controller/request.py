@@ -133,6 +133,8 @@ class _StrictYamlLoader(yaml.SafeLoader):
     def construct_mapping(self, node, deep=False):
         seen: set = set()
         for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor` may be overridden
+                continue
             key = self.construct_object(key_node, deep=deep)
             try:
                 duplicate = key in seen
