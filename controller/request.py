@@ -313,6 +313,8 @@ class _Strict(BaseModel):
         populate_by_name=False,
         allow_inf_nan=False,
         frozen=True,
+        field_title_generator=lambda name, info: to_camel(name),
+        model_title_generator=lambda model: model.__name__.removesuffix("Model"),
     )
 
 
@@ -367,7 +369,8 @@ class RestartPolicyModel(_Strict):
 
 class CheckpointModel(_Strict):
     uri: str = Field(
-        description="Checkpoint root of this job: gs://bucket/prefix (file:///abs/path for local runs)."
+        description="Checkpoint root of this job: gs://bucket/prefix (file:///abs/path for local runs).",
+        json_schema_extra={"pattern": "^(gs://[a-z0-9][a-z0-9._-]*[a-z0-9]/.+|file:///.+)$"},
     )
 
     @field_validator("uri")
@@ -434,6 +437,12 @@ class JobRequestModel(_Strict):
             f"Vertex labels, at most {label_rules.MAX_USER_LABELS}; keys relaunch-job, relaunch-attempt "
             "and managed-by are reserved."
         ),
+        json_schema_extra={
+            "maxProperties": label_rules.MAX_USER_LABELS,
+            "propertyNames": {"pattern": "^[a-z][a-z0-9_-]{0,62}$",
+                              "not": {"enum": list(label_rules.RESERVED_LABEL_KEYS)}},
+            "additionalProperties": {"type": "string", "pattern": "^[a-z0-9_-]{0,63}$"},
+        },
     )
 
     @field_validator("display_name")
