@@ -1,0 +1,124 @@
+"""One way to talk to Cloud Storage: a client that honours STORAGE_EMULATOR_HOST, a per-call
+deadline, and a tenacity retry policy that retries only what may succeed on a second try.
+
+The library's own retries are switched off at every call site (`retry=None`) so there is exactly
+one policy, this one, and it never retries a 412/404/400: those are answers, not accidents.
+"""
+from __future__ import annotations
+
+import os
+import uuid
+from typing import Callable, TypeVar
+
+import requests
+from google.api_core import exceptions as gexc
+from google.auth import exceptions as auth_exc
+from tenacity import (
+    Retrying,
+    retry_if_exception,
+    stop_after_attempt,
+    stop_after_delay,
+    wait_random_exponential,
+)
+
+from controller import logs
+
+# Seconds for one HTTP request to Cloud Storage (connect + read).
+CALL_TIMEOUT_SECONDS = 30.0
+# The whole retried operation gives up after this long or this many tries, whichever is first.
+RETRY_DEADLINE_SECONDS = 60.0
+RETRY_ATTEMPTS = 5
+
+# Custom-metadata key that names one write, so a retried conditional write that meets 412 can
+# tell "someone else wrote" from "our first try landed, the reply was lost".
+WRITE_ID_KEY = "relaunch-write-id"
+
+_TRANSIENT_API_ERRORS = (
+    gexc.TooManyRequests,       # 429
+    gexc.InternalServerError,   # 500
+    gexc.BadGateway,            # 502
+    gexc.ServiceUnavailable,    # 503
+    gexc.GatewayTimeout,        # 504
+)
+
+_log = logs.get("relaunch.gcs")
+T = TypeVar("T")
+
+
+def make_client(project: str | None = None):
+    """A storage client; against the emulator it uses anonymous credentials (none to look up)."""
+    from google.cloud import storage
+
+    if os.environ.get("STORAGE_EMULATOR_HOST"):
+        from google.auth.credentials import AnonymousCredentials
+
+        return storage.Client(project=project or os.environ.get("GOOGLE_CLOUD_PROJECT", "relaunch-dev"),
+                              credentials=AnonymousCredentials())
+    return storage.Client(project=project)
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Worth another try: throttling, server errors, broken or timed-out connections."""
+    if isinstance(exc, _TRANSIENT_API_ERRORS):
+        return True
+    if isinstance(exc, (requests.ConnectionError, requests.Timeout, ConnectionError, TimeoutError)):
+        return True
+    # google-auth wraps network failures while refreshing tokens.
+    return isinstance(exc, auth_exc.TransportError)
+
+
+def retrying(*, deadline: float = RETRY_DEADLINE_SECONDS, attempts: int = RETRY_ATTEMPTS,
+             what: str = "gcs call") -> Retrying:
+    def log_retry(state):
+        _log.warning("retrying after a transient error", operation=what,
+                     attempt=state.attempt_number, error=repr(state.outcome.exception()))
+
+    return Retrying(
+        retry=retry_if_exception(is_transient),
+        stop=stop_after_attempt(attempts) | stop_after_delay(deadline),
+        wait=wait_random_exponential(multiplier=0.2, max=5.0),
+        before_sleep=log_retry,
+        reraise=True,
+    )
+
+
+def call(fn: Callable[[], T], *, what: str = "gcs call", **policy) -> T:
+    """Run `fn` under the retry policy; the last error is re-raised once it gives up."""
+    return retrying(what=what, **policy)(fn)
+
+
+def new_write_id() -> str:
+    return uuid.uuid4().hex
+
+
+def conditional_upload(blob, data: bytes, *, if_generation_match: int,
+                       metadata: dict[str, str] | None = None,
+                       content_type: str = "application/json",
+                       timeout: float = CALL_TIMEOUT_SECONDS) -> int:
+    """Upload `data` only if the object is at `if_generation_match` (0 = must not exist).
+
+    Returns the new generation. Raises `google.api_core.exceptions.PreconditionFailed` when the
+    precondition does not hold. Retries transient errors; if a retry meets 412 and the live
+    object carries this write's id, the earlier try had landed and that counts as success.
+    """
+    write_id = new_write_id()
+    blob.metadata = {**(metadata or {}), WRITE_ID_KEY: write_id}
+    tries = 0
+
+    def upload() -> None:
+        nonlocal tries
+        tries += 1
+        blob.upload_from_string(data, content_type=content_type,
+                                if_generation_match=if_generation_match,
+                                timeout=timeout, retry=None)
+
+    try:
+        call(upload, what=f"upload {blob.name}")
+    except gexc.PreconditionFailed:
+        if tries > 1:
+            live = call(lambda: blob.bucket.get_blob(blob.name, timeout=timeout, retry=None),
+                        what=f"read back {blob.name}")
+            if live is not None and (live.metadata or {}).get(WRITE_ID_KEY) == write_id:
+                return int(live.generation)
+        raise
+    return int(blob.generation)
