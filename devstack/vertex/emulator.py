@@ -142,6 +142,13 @@ class VertexEmulator:
             self._events.publish(events.state_log_entry(self.project, record.job_id, state, now))
             self.changed.notify_all()
 
+    def advance(self, record: JobRecord, state: JobState) -> None:
+        """Move a job forward on its way to running, unless a cancel or preemption got there
+        first (a CANCELLING job must not flip back to PENDING or RUNNING)."""
+        with self.changed:
+            if record.active and not record.interrupted:
+                self.transition(record, state)
+
     def finish(self, record: JobRecord, state: JobState, error: status_pb2.Status | None = None) -> None:
         with self.changed:
             if not record.active:
@@ -270,11 +277,12 @@ class VertexEmulator:
 
     def preempt(self, job_name: str, grace_seconds: float = 30.0) -> bool:
         """Reclaim the job's Spot VMs: SIGTERM to every replica, SIGKILL after the grace period,
-        and the job FAILS with code 14. False if the job had already ended; KeyError if unknown."""
+        and the job FAILS with code 14. False if the job had already ended or is being cancelled;
+        KeyError if the job is unknown."""
         with self.changed:
             record = self._jobs[job_name]
-            if not record.active:
-                return False
+            if not record.active or record.cancel_requested:
+                return False  # a cancelling job's machines are going away already
             if record.preempt_grace is None:
                 record.preempt_grace = max(float(grace_seconds), 0.0)
             self.changed.notify_all()

@@ -119,7 +119,7 @@ class JobRunner:
         )
         if self._end_if_interrupted():
             return
-        host.transition(record, JobState.JOB_STATE_PENDING)
+        host.advance(record, JobState.JOB_STATE_PENDING)
         self._wait(self._stop_or_interrupt_seen, host.provisioning_seconds)
         if self._end_if_interrupted():
             return
@@ -131,7 +131,7 @@ class JobRunner:
             )
             return
         self._launch()
-        host.transition(record, JobState.JOB_STATE_RUNNING)
+        host.advance(record, JobState.JOB_STATE_RUNNING)  # an interruption is handled by _watch
         self._watch()
 
     def _launch(self) -> None:

@@ -175,3 +175,27 @@ def test_quota_answers_resource_exhausted_past_the_per_minute_limit(vertex, clie
         vertex.set_quota(False)
     for job in created:
         client.cancel_custom_job(name=job.name)
+
+
+def test_module_entry_point_serves_until_sigterm(tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    server = subprocess.Popen(
+        [sys.executable, "-m", "devstack.vertex", "--port", "0", "--workdir", str(tmp_path)]
+        + ["--project", PROJECT, "--region", REGION],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        line = server.stdout.readline().strip()  # blocks until the server prints its endpoint
+        assert line.startswith("RELAUNCH_VERTEX_ENDPOINT=127.0.0.1:")
+        cli_client = job_service_client(line.split("=", 1)[1])
+        assert list(cli_client.list_custom_jobs(request=ListCustomJobsRequest(parent=PARENT))) == []
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(timeout=30) == 0
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()

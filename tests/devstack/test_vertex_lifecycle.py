@@ -363,3 +363,50 @@ def test_event_sink_gets_one_log_entry_per_transition_in_order(vertex, client, e
     failing = create(client, "events-fail", [(1, ["python", "-c", "raise SystemExit(1)"])])
     failed = events.wait_for(job_id(failing), "Job failed.", timeout=60)
     assert failed[-1]["severity"] == "ERROR"
+
+
+def test_stop_kills_the_replicas_of_running_jobs(tmp_path):
+    emulator = start_vertex(project=PROJECT, region=REGION, workdir=str(tmp_path / "work"), kill_grace_seconds=1.0)
+    with emulator:
+        job = create(job_service_client(emulator.host_port), "orphan?", [(1, sleeper(tmp_path))])
+        emulator.wait_for_state(job.name, RUNNING, timeout=30)
+        root = emulator.replica_pids(job.name)["workerpool0-0"]
+        wait_until(lambda: len(tree_pids(root)) >= 2, 30, "the replica's child process")
+        pids = tree_pids(root)
+
+    assert not [pid for pid in pids if process_alive(pid)]
+
+
+def test_a_failing_event_sink_does_not_disturb_jobs(tmp_path):
+    def broken_sink(entry: dict) -> None:
+        raise RuntimeError("sink down")
+
+    with start_vertex(
+        project=PROJECT, region=REGION, workdir=str(tmp_path / "work"), event_sink=broken_sink
+    ) as emulator:
+        job = create(job_service_client(emulator.host_port), "unheard", [(1, ["python", "-c", "pass"])])
+        ended = emulator.wait_for_state(job.name, DONE, timeout=60)
+
+    assert ended.state == JobState.JOB_STATE_SUCCEEDED
+
+
+def test_cancelling_a_queued_job_ends_it_without_running_it(vertex, client, events, tmp_path):
+    ran = tmp_path / "ran"
+    marks = script(tmp_path, "marks", f"import pathlib; pathlib.Path({str(ran)!r}).touch()")
+    vertex.set_stockout(queue_seconds=600)
+    try:
+        job = create(client, "cancel-queued", [(1, marks)])
+        client.cancel_custom_job(name=job.name)
+        ended = vertex.wait_for_state(job.name, DONE, timeout=30)
+    finally:
+        vertex.set_stockout()
+
+    assert ended.state == JobState.JOB_STATE_CANCELLED
+    assert ended.error.code == 1
+    assert not ran.exists()
+    entries = events.wait_for(job_id(job), "Job was cancelled.", timeout=30)
+    assert [e["textPayload"] for e in entries] == [
+        "Job is queued.",
+        "Job is being cancelled.",
+        "Job was cancelled.",
+    ]
