@@ -1,0 +1,88 @@
+"""Where this node sits in the gang: from Vertex's CLUSTER_SPEC, torchrun-style variables, or alone."""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+from dataclasses import dataclass
+
+from trainer.config import ConfigError
+
+_POOL_RE = re.compile(r"^workerpool(\d+)$")
+DEFAULT_MASTER_PORT = 29500
+
+
+@dataclass(frozen=True)
+class NodeTopology:
+    node_rank: int
+    num_nodes: int
+    master_addr: str
+    master_port: int
+    source: str  # "cluster_spec", "torchrun_env" or "single_node"
+
+
+def _split_host_port(entry: str) -> tuple[str, int]:
+    host, sep, port = entry.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ConfigError(f"CLUSTER_SPEC host entry must be host:port, got {entry!r}")
+    return host, int(port)
+
+
+def from_cluster_spec(text: str) -> NodeTopology:
+    """Vertex's CLUSTER_SPEC: nodes are numbered pool by pool (workerpool0 first), in list order."""
+    try:
+        spec = json.loads(text)
+        cluster = spec["cluster"]
+        task = spec["task"]
+        task_type, task_index = task["type"], int(task["index"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ConfigError(f"CLUSTER_SPEC is not valid: {exc}") from None
+    pools = sorted(
+        ((int(m.group(1)), name) for name in cluster if (m := _POOL_RE.match(name))),
+        key=lambda item: item[0],
+    )
+    hosts: list[str] = []
+    offsets: dict[str, int] = {}
+    for _, name in pools:
+        offsets[name] = len(hosts)
+        hosts.extend(cluster[name] or [])  # empty pools are allowed and skipped
+    if not cluster.get("workerpool0"):
+        raise ConfigError("CLUSTER_SPEC has no workerpool0 host to rendezvous at")
+    if task_type not in offsets or not 0 <= task_index < len(cluster[task_type] or []):
+        raise ConfigError(f"CLUSTER_SPEC task {task_type}[{task_index}] is not in the cluster")
+    master_addr, master_port = _split_host_port(cluster["workerpool0"][0])
+    return NodeTopology(
+        node_rank=offsets[task_type] + task_index,
+        num_nodes=len(hosts),
+        master_addr=master_addr,
+        master_port=master_port,
+        source="cluster_spec",
+    )
+
+
+def _int_env(env: dict[str, str], name: str) -> int:
+    try:
+        return int(env[name])
+    except ValueError:
+        raise ConfigError(f"{name} must be an integer, got {env[name]!r}") from None
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def from_environment(env: dict[str, str]) -> NodeTopology:
+    if env.get("CLUSTER_SPEC"):
+        return from_cluster_spec(env["CLUSTER_SPEC"])
+    if env.get("MASTER_ADDR"):
+        nodes_var = "NNODES" if env.get("NNODES") else "WORLD_SIZE" if env.get("WORLD_SIZE") else None
+        num_nodes = _int_env(env, nodes_var) if nodes_var else 1
+        node_rank = _int_env(env, "NODE_RANK") if env.get("NODE_RANK") else 0
+        port = _int_env(env, "MASTER_PORT") if env.get("MASTER_PORT") else DEFAULT_MASTER_PORT
+        if num_nodes < 1 or not 0 <= node_rank < num_nodes:
+            raise ConfigError(f"NODE_RANK={node_rank} is outside 0..{num_nodes - 1}")
+        return NodeTopology(node_rank, num_nodes, env["MASTER_ADDR"], port, "torchrun_env")
+    return NodeTopology(0, 1, "127.0.0.1", free_port(), "single_node")

@@ -1,0 +1,137 @@
+"""The trainer command line (docs/contracts.md) parsed into one immutable config."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass
+
+
+class ConfigError(Exception):
+    """Bad arguments or a bad factory: not retryable, exit code 64."""
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    model: str
+    data: str
+    engine: str
+    zero_stage: int
+    deepspeed_config: str | None
+    steps: int
+    batch_size: int
+    lr: float
+    seed: int
+    grad_accum: int
+    warmup_steps: int
+    checkpoint_every_steps: int
+    checkpoint_every_seconds: float
+    keep_last: int
+    nproc_per_node: int | None
+    log_every: int
+    grace_seconds: float
+    rendezvous_timeout: int
+    checkpoint_uri: str | None
+    resume_from: str | None
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # argparse would exit 2; the contract says 64
+        raise ConfigError(message)
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
+    return value
+
+
+def _non_negative(kind):
+    def parse(text: str):
+        value = kind(text)
+        if value < 0:
+            raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+        return value
+
+    return parse
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="python -m trainer", description="Relaunch trainer: one replica of a training job.")
+    p.add_argument("--model", default="trainer.examples.gpt:build_model", help="model factory, module:function")
+    p.add_argument("--data", default="trainer.examples.gpt:build_dataset", help="dataset factory, module:function")
+    p.add_argument("--engine", choices=("ddp", "deepspeed"), default="ddp")
+    p.add_argument("--zero-stage", type=int, choices=(1, 2, 3), default=2)
+    p.add_argument("--deepspeed-config", default=None, help="DeepSpeed JSON config file, used as is")
+    p.add_argument("--steps", type=_positive_int, required=True, help="optimizer steps in total")
+    p.add_argument("--batch-size", type=_positive_int, default=8, help="samples per rank per micro-step")
+    p.add_argument("--lr", type=float, default=3e-4)
+    p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--grad-accum", type=_positive_int, default=1, help="micro-steps per optimizer step")
+    p.add_argument("--warmup-steps", type=_non_negative(int), default=0)
+    p.add_argument("--checkpoint-every-steps", type=_non_negative(int), default=0, help="0 = off")
+    p.add_argument("--checkpoint-every-seconds", type=_non_negative(float), default=0.0, help="0 = off")
+    p.add_argument("--keep-last", type=_positive_int, default=3)
+    p.add_argument("--nproc-per-node", type=_positive_int, default=None, help="default: GPUs, or 1 on CPU")
+    p.add_argument("--log-every", type=_positive_int, default=10)
+    p.add_argument("--grace-seconds", type=_non_negative(float), default=25.0)
+    p.add_argument("--rendezvous-timeout", type=_positive_int, default=300)
+    p.add_argument("--checkpoint-uri", default=None, help="default: $RELAUNCH_CHECKPOINT_URI")
+    p.add_argument("--resume-from", default=None, help="default: $RELAUNCH_RESUME_FROM")
+    return p
+
+
+def parse_config(argv: list[str], env: dict[str, str] | None = None) -> TrainConfig:
+    env = os.environ if env is None else env
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # --help
+        raise SystemExit(exc.code) from None
+    for flag, value in (("--model", args.model), ("--data", args.data)):
+        module, _, func = value.partition(":")
+        if not module or not func:
+            raise ConfigError(f"{flag} must look like module:function, got {value!r}")
+    if args.deepspeed_config and args.engine != "deepspeed":
+        raise ConfigError("--deepspeed-config needs --engine deepspeed")
+    if args.deepspeed_config and not os.path.isfile(args.deepspeed_config):
+        raise ConfigError(f"--deepspeed-config: no such file {args.deepspeed_config!r}")
+    return TrainConfig(
+        model=args.model,
+        data=args.data,
+        engine=args.engine,
+        zero_stage=args.zero_stage,
+        deepspeed_config=args.deepspeed_config,
+        steps=args.steps,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        seed=args.seed,
+        grad_accum=args.grad_accum,
+        warmup_steps=args.warmup_steps,
+        checkpoint_every_steps=args.checkpoint_every_steps,
+        checkpoint_every_seconds=args.checkpoint_every_seconds,
+        keep_last=args.keep_last,
+        nproc_per_node=args.nproc_per_node,
+        log_every=args.log_every,
+        grace_seconds=args.grace_seconds,
+        rendezvous_timeout=args.rendezvous_timeout,
+        checkpoint_uri=args.checkpoint_uri or env.get("RELAUNCH_CHECKPOINT_URI") or None,
+        resume_from=args.resume_from or env.get("RELAUNCH_RESUME_FROM") or None,
+    )
+
+
+@dataclass(frozen=True)
+class JobIdentity:
+    """Who this run is, as the controller tells it through RELAUNCH_* variables."""
+
+    job_id: str
+    attempt: int
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> "JobIdentity":
+        env = os.environ if env is None else env
+        try:
+            attempt = int(env.get("RELAUNCH_ATTEMPT") or 1)
+        except ValueError:
+            raise ConfigError(f"RELAUNCH_ATTEMPT must be an integer, got {env.get('RELAUNCH_ATTEMPT')!r}") from None
+        return cls(job_id=env.get("RELAUNCH_JOB_ID") or "local", attempt=attempt)

@@ -1,0 +1,70 @@
+"""PyTorch DistributedDataParallel with gradient accumulation and bf16 autocast on GPU."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Any
+
+import torch
+from torch.nn.parallel import DistributedDataParallel
+
+from trainer.engines import cpu_copy, digest_parameters, make_optimizer, make_scheduler
+
+STATE_FILE = "model.pt"
+
+
+class DdpEngine:
+    name = "ddp"
+
+    def __init__(self, cfg, model: torch.nn.Module, device: torch.device):
+        self.device = device
+        self.module = model.to(device)
+        on_gpu = device.type == "cuda"
+        self.ddp = DistributedDataParallel(self.module, device_ids=[device.index] if on_gpu else None)
+        self.optimizer = make_optimizer(cfg, self.module)
+        self.scheduler = make_scheduler(cfg, self.optimizer)
+        # bf16 needs no loss scaling, so there is no GradScaler to checkpoint.
+        self.autocast = (
+            (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if on_gpu else contextlib.nullcontext
+        )
+
+    def train_step(self, micro_batches: list[tuple]) -> torch.Tensor:
+        total = torch.zeros((), device=self.device)
+        for index, (inputs, targets) in enumerate(micro_batches):
+            is_last = index == len(micro_batches) - 1
+            # Gradients are all-reduced only on the last micro-batch of the step.
+            sync = contextlib.nullcontext() if is_last else self.ddp.no_sync()
+            with sync:
+                with self.autocast():
+                    loss = self.ddp(inputs, targets) / len(micro_batches)
+                loss.backward()
+            total += loss.detach()
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return total
+
+    def snapshot(self, staging_dir: str, step: int) -> dict[str, Any]:
+        # Model and optimizer are replicated: rank 0 saves them once.
+        if torch.distributed.get_rank() != 0:
+            return {}
+        return {
+            STATE_FILE: {
+                "model": cpu_copy(self.module.state_dict()),
+                "optimizer": cpu_copy(self.optimizer.state_dict()),
+                "scheduler": self.scheduler.state_dict(),
+            }
+        }
+
+    def files_to_restore(self, paths: list[str], rank: int) -> list[str]:
+        return [STATE_FILE]
+
+    def restore(self, local_dir: str, step: int) -> None:
+        state = torch.load(os.path.join(local_dir, STATE_FILE), map_location=self.device, weights_only=True)
+        self.module.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+
+    def parameter_digest(self) -> str:
+        return digest_parameters(self.module.named_parameters())

@@ -1,0 +1,152 @@
+"""Node launcher: find this node's place in the gang, start its workers with PyTorch's elastic
+launcher, and turn whatever happened into one contract exit code.
+
+Signals: the elastic agent turns SIGTERM into an exception, forwards SIGTERM to every worker
+and waits `shutdown_timeout` before SIGKILL; we set that timeout from --grace-seconds so the
+workers' emergency checkpoint can finish. The agent forgets worker exit codes on that path, so
+workers report their outcome through a node-local status directory (trainer/node_status.py).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+from trainer import layout
+from trainer.cluster import NodeTopology, from_environment
+from trainer.config import ConfigError, JobIdentity, TrainConfig, parse_config
+from trainer.node_status import ENV_VAR as STATUS_DIR_VAR
+from trainer.node_status import NodeStatus, WorkerOutcome
+
+# Severity order when workers disagree: the most telling code wins.
+_PRECEDENCE = (layout.EXIT_CONFIG, layout.EXIT_RUNTIME, layout.EXIT_PREEMPTED_UNSAVED,
+               layout.EXIT_PREEMPTED_SAVED, layout.EXIT_OK)
+_REASONS = {layout.EXIT_CONFIG: "config_error", layout.EXIT_RUNTIME: "runtime_error",
+            layout.EXIT_PREEMPTED_UNSAVED: "preempted", layout.EXIT_PREEMPTED_SAVED: "preempted",
+            layout.EXIT_RENDEZVOUS_TIMEOUT: "rendezvous_timeout", layout.EXIT_OK: "completed"}
+
+
+def combine_exit_codes(outcomes: list[WorkerOutcome | None], signalled: bool) -> int:
+    """One node exit code from its workers' outcomes (None: the worker never reported)."""
+    missing = layout.EXIT_PREEMPTED_UNSAVED if signalled else layout.EXIT_RUNTIME
+    codes = {o.exit_code if o is not None else missing for o in outcomes}
+    codes = {c if c in _PRECEDENCE else layout.EXIT_RUNTIME for c in codes}
+    return next(code for code in _PRECEDENCE if code in codes)
+
+
+def default_nproc() -> int:
+    import torch
+
+    return torch.cuda.device_count() or 1
+
+
+def run_launcher(argv: list[str]) -> int:
+    from trainer import logs
+
+    log = logs.configure(verbose=True, role="launcher")
+    try:
+        cfg = parse_config(argv)
+        identity = JobIdentity.from_env()
+        topology = from_environment(dict(os.environ))
+        check_factories(cfg)
+    except ConfigError as exc:
+        print(f"relaunch-train: configuration error: {exc}", file=sys.stderr)
+        log.error("configuration error", error=str(exc))
+        return layout.EXIT_CONFIG
+    log = log.bind(node_rank=topology.node_rank)
+    nproc = cfg.nproc_per_node or default_nproc()
+    status_dir = tempfile.mkdtemp(prefix="relaunch-node-")
+    try:
+        code, record_written = launch_workers(cfg, topology, nproc, status_dir, log)
+    finally:
+        outcomes = NodeStatus(status_dir).outcomes(nproc)
+        shutil.rmtree(status_dir, ignore_errors=True)
+    # Global rank 0 lives on node 0: if it could not write the attempt's exit record, we do.
+    if topology.node_rank == 0 and not record_written and cfg.checkpoint_uri:
+        write_fallback_exit_record(cfg, identity, code, log)
+    log.info("node finished", exit_code=code, workers=[o.exit_code if o else None for o in outcomes])
+    return code
+
+
+def check_factories(cfg: TrainConfig) -> None:
+    """Fail fast (exit 64) on a factory path that cannot work, before starting any worker."""
+    from trainer.factories import load_factory
+
+    load_factory(cfg.model, "--model")
+    load_factory(cfg.data, "--data")
+
+
+def launch_workers(cfg: TrainConfig, topology: NodeTopology, nproc: int, status_dir: str, log) -> tuple[int, bool]:
+    import torch
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    os.environ[STATUS_DIR_VAR] = status_dir
+    os.environ["RELAUNCH_LAUNCHER_PID"] = str(os.getpid())
+    if not torch.cuda.is_available():
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    config = LaunchConfig(
+        min_nodes=topology.num_nodes,
+        max_nodes=topology.num_nodes,
+        nproc_per_node=nproc,
+        run_id=os.environ.get("RELAUNCH_JOB_ID", "relaunch"),
+        rdzv_backend="static",
+        rdzv_endpoint=f"{topology.master_addr}:{topology.master_port}",
+        rdzv_configs={"rank": topology.node_rank, "timeout": cfg.rendezvous_timeout},
+        max_restarts=0,  # a failed gang is the controller's business, not a local retry
+        monitor_interval=0.1,
+        start_method="spawn",
+        logs_specs=DefaultLogsSpecs(log_dir=os.path.join(status_dir, "logs")),
+        shutdown_timeout=int(cfg.grace_seconds) + 5,
+    )
+    log.info("launching workers", nodes=topology.num_nodes, nproc_per_node=nproc,
+             master=f"{topology.master_addr}:{topology.master_port}", topology_source=topology.source)
+    status = NodeStatus(status_dir)
+    signalled = False
+    started = time.monotonic()
+    try:
+        elastic_launch(config, sys.executable)("-m", "trainer.worker", *sys_argv_for_workers(cfg))
+    except SignalException as exc:
+        signalled = True
+        log.warning("launcher got a termination signal; workers were told to stop", signal=str(exc.sigval))
+    except ChildFailedError:
+        pass  # the workers' own outcomes below say why
+    except Exception as exc:  # noqa: BLE001
+        if not status.any_started():
+            # Nothing ran: the gang never assembled (static rendezvous store timed out).
+            print(f"relaunch-train: rendezvous failed after {time.monotonic() - started:.0f}s "
+                  f"(timeout {cfg.rendezvous_timeout}s, {topology.num_nodes} nodes at "
+                  f"{topology.master_addr}:{topology.master_port}): {exc}", file=sys.stderr)
+            log.error("rendezvous timeout", error=str(exc), timeout_seconds=cfg.rendezvous_timeout)
+            return layout.EXIT_RENDEZVOUS_TIMEOUT, False
+        log.exception("launcher failed")
+        return layout.EXIT_RUNTIME, False
+    outcomes = status.outcomes(nproc)
+    record_written = any(o is not None and o.exit_record_written for o in outcomes)
+    return combine_exit_codes(outcomes, signalled), record_written
+
+
+_WORKER_ARGV: list[str] = []
+
+
+def sys_argv_for_workers(cfg: TrainConfig) -> list[str]:
+    """Workers get the launcher's own command line (set by __main__)."""
+    return list(_WORKER_ARGV)
+
+
+def write_fallback_exit_record(cfg: TrainConfig, identity: JobIdentity, code: int, log) -> None:
+    from trainer.storage import latest_committed, write_exit_record
+
+    try:
+        latest = latest_committed(cfg.checkpoint_uri)
+        write_exit_record(cfg.checkpoint_uri, layout.ExitRecord(
+            job_id=identity.job_id, attempt=identity.attempt, reason=_REASONS.get(code, "runtime_error"),
+            exit_code=code, step=None, last_committed_step=latest.step if latest else None,
+            checkpoint_saved=False, signal="SIGTERM" if code in (75, 76) else None,
+        ))
+    except Exception as exc:  # noqa: BLE001 - best effort; the exit code is still returned
+        log.warning("could not write exit record", error=str(exc))

@@ -1,0 +1,148 @@
+"""The training loop of one rank: build, resume, train, checkpoint, stop together."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from trainer import fault_hooks, layout, rng
+from trainer.checkpoint import Checkpointer
+from trainer.config import JobIdentity, TrainConfig
+from trainer.data import ResumableSampler, collate
+from trainer.engines import build_engine
+from trainer.factories import load_factory
+from trainer.preemption import PreemptionFlag, broadcast_decision, emergency_save_fits, exchange_step_signals
+from trainer.storage import read_exit_record, write_exit_record
+
+
+@dataclass
+class Progress:
+    """What the worker's error handler needs to know when the loop dies."""
+
+    step: int | None = None
+    last_committed_step: int | None = None
+
+
+def train(cfg: TrainConfig, identity: JobIdentity, device: torch.device, flag: PreemptionFlag,
+          progress: Progress, log) -> int:
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    build_model = load_factory(cfg.model, "--model")
+    build_dataset = load_factory(cfg.data, "--data")
+
+    # Same seed everywhere: every rank builds identical initial weights.
+    rng.seed_all(cfg.seed)
+    model = build_model()
+    dataset = build_dataset()
+    engine = build_engine(cfg, model, device)
+    sampler = ResumableSampler(len(dataset), cfg.batch_size, rank, world_size, cfg.seed)
+    checkpointer = Checkpointer(cfg.checkpoint_uri, identity, engine.name, cfg.keep_last, log)
+    # Each rank gets its own stream for dropout and friends.
+    rng.seed_all(cfg.seed + 7919 * (rank + 1))
+
+    step = 0
+    restored = checkpointer.restore(engine, cfg.resume_from)
+    if restored is not None:
+        step = restored.step
+        sampler.load_state_dict(restored.trainer_state["data"])
+        if restored.exact:
+            rng.restore(restored.trainer_state["rng"])
+        log_resume(cfg, identity, step, log)
+    else:
+        log.info("starting fresh", world_size=world_size, engine=engine.name, steps=cfg.steps)
+    progress.step, progress.last_committed_step = step, checkpointer.last_committed_step
+
+    def trainer_state() -> dict:
+        return {"step": step, "data": sampler.state_dict(), "rng": rng.capture(), "world_size": world_size}
+
+    last_checkpoint_time = time.monotonic()
+    window_start, window_steps = time.monotonic(), 0
+    loss = torch.zeros((), device=device)
+    while step < cfg.steps:
+        micro_batches = [collate(dataset, sampler.next_indices(), device) for _ in range(cfg.grad_accum)]
+        loss = engine.train_step(micro_batches)
+        step += 1
+        progress.step = step
+        window_steps += 1
+
+        if step % cfg.log_every == 0:
+            elapsed = time.monotonic() - window_start
+            samples = window_steps * cfg.batch_size * cfg.grad_accum * world_size
+            log.info("train", step=step, loss=mean_over_ranks(loss), samples_per_second=round(samples / elapsed, 2),
+                     step_seconds=round(elapsed / window_steps, 5))
+            window_start, window_steps = time.monotonic(), 0
+
+        fault_hooks.hold_until_preempted(step, flag, log)
+        time_due = (cfg.checkpoint_every_seconds > 0 and rank == 0
+                    and time.monotonic() - last_checkpoint_time >= cfg.checkpoint_every_seconds)
+        signals = exchange_step_signals(flag.requested, time_due, device)
+        if signals.stop:
+            return stop_for_preemption(cfg, identity, step, engine, checkpointer, trainer_state(), flag, device, log)
+
+        step_due = cfg.checkpoint_every_steps > 0 and step % cfg.checkpoint_every_steps == 0
+        if (step_due or signals.checkpoint_due) and step < cfg.steps:
+            checkpointer.save(step, engine, trainer_state(), blocking=False)
+            last_checkpoint_time = time.monotonic()
+        progress.last_committed_step = checkpointer.last_committed_step
+
+    checkpointer.wait()
+    final = checkpointer.save(step, engine, trainer_state(), blocking=True)
+    progress.last_committed_step = checkpointer.last_committed_step
+    final_loss = mean_over_ranks(loss)
+    digest = engine.parameter_digest()
+    if rank == 0:
+        record(cfg, identity, "completed", layout.EXIT_OK, step, checkpointer.last_committed_step,
+               saved=bool(final and final.committed))
+    log.info("training completed", step=step, final_loss=repr(final_loss), params_sha256=digest,
+             final_checkpoint=bool(final and final.committed))
+    checkpointer.close()
+    return layout.EXIT_OK
+
+
+def stop_for_preemption(cfg, identity, step, engine, checkpointer, state, flag, device, log) -> int:
+    """Every rank arrives here at the same step. Save if the grace budget allows, then exit."""
+    checkpointer.wait()  # a background save may just have committed a newer checkpoint
+    saved = checkpointer.last_committed_step == step
+    if not saved and checkpointer.store is not None:
+        seconds_left = flag.seconds_left(cfg.grace_seconds)
+        fits = emergency_save_fits(seconds_left, checkpointer.last_save_seconds)
+        if broadcast_decision(fits, device):
+            result = checkpointer.save(step, engine, state, blocking=True)
+            saved = bool(result and result.committed)
+        else:
+            log.warning("emergency checkpoint skipped: does not fit the grace budget",
+                        seconds_left=round(seconds_left, 2), estimate_seconds=checkpointer.last_save_seconds)
+    code = layout.EXIT_PREEMPTED_SAVED if saved else layout.EXIT_PREEMPTED_UNSAVED
+    if dist.get_rank() == 0:
+        record(cfg, identity, "preempted", code, step, checkpointer.last_committed_step, saved=saved,
+               signal=flag.signal_name or "SIGTERM")
+    log.warning("preempted", step=step, checkpoint_saved=saved, last_committed_step=checkpointer.last_committed_step,
+                exit_code=code)
+    checkpointer.close()
+    return code
+
+
+def mean_over_ranks(value: torch.Tensor) -> float:
+    total = value.detach().clone().float()
+    dist.all_reduce(total)
+    return (total / dist.get_world_size()).item()
+
+
+def record(cfg, identity: JobIdentity, reason: str, code: int, step, last_committed, saved=False, signal=None):
+    if not cfg.checkpoint_uri:
+        return
+    write_exit_record(cfg.checkpoint_uri, layout.ExitRecord(
+        job_id=identity.job_id, attempt=identity.attempt, reason=reason, exit_code=code, step=step,
+        last_committed_step=last_committed, checkpoint_saved=saved, signal=signal,
+    ))
+
+
+def log_resume(cfg, identity: JobIdentity, step: int, log) -> None:
+    previous = None
+    if cfg.checkpoint_uri and identity.attempt > 1:
+        previous = read_exit_record(cfg.checkpoint_uri, identity.attempt - 1)
+    reached = previous.step if previous and previous.step is not None else None
+    log.info("resumed", from_step=step, previous_attempt_step=reached,
+             steps_recomputed=(reached - step) if reached is not None else None)

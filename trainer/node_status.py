@@ -1,0 +1,58 @@
+"""How the workers of one node tell their launcher what happened (stdlib only).
+
+The elastic agent loses worker exit codes when it is itself signalled, so every worker writes
+its outcome into a node-local directory that the launcher reads after the workers are gone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+
+ENV_VAR = "RELAUNCH_NODE_STATUS_DIR"
+
+
+@dataclass(frozen=True)
+class WorkerOutcome:
+    local_rank: int
+    exit_code: int
+    exit_record_written: bool
+
+
+class NodeStatus:
+    def __init__(self, directory: str | None):
+        self.directory = directory
+
+    @classmethod
+    def from_env(cls) -> "NodeStatus":
+        return cls(os.environ.get(ENV_VAR) or None)
+
+    def _write(self, name: str, payload: dict) -> None:
+        if not self.directory:
+            return
+        tmp = os.path.join(self.directory, f".{name}.tmp")
+        with open(tmp, "w") as fh:
+            json.dump(payload, fh)
+        os.replace(tmp, os.path.join(self.directory, name))
+
+    def mark_started(self, local_rank: int) -> None:
+        self._write(f"started-{local_rank}", {"pid": os.getpid()})
+
+    def mark_exited(self, local_rank: int, exit_code: int, exit_record_written: bool) -> None:
+        self._write(f"exit-{local_rank}", {"exitCode": exit_code, "exitRecordWritten": exit_record_written})
+
+    def any_started(self) -> bool:
+        return bool(self.directory) and any(n.startswith("started-") for n in os.listdir(self.directory))
+
+    def outcomes(self, nproc: int) -> list[WorkerOutcome | None]:
+        """One entry per local rank; None where the worker never reported (killed or crashed hard)."""
+        found: list[WorkerOutcome | None] = []
+        for local_rank in range(nproc):
+            try:
+                with open(os.path.join(self.directory or "", f"exit-{local_rank}")) as fh:
+                    doc = json.load(fh)
+                found.append(WorkerOutcome(local_rank, int(doc["exitCode"]), bool(doc["exitRecordWritten"])))
+            except (OSError, ValueError, KeyError):
+                found.append(None)
+        return found
