@@ -40,6 +40,9 @@ class Settings(BaseSettings):
         "sqlite:///var/lib/relaunch/state.db",
         description="Where job state lives: sqlite:///path (embedded) or gs://bucket/prefix (production).")
 
+    allow_local_checkpoints: bool = Field(
+        False, description="Accept file:// checkpoint URIs (local runs only; never in production).")
+
     # Timing.
     reconcile_seconds: float = Field(60.0, gt=0, description="Period of the list-all reconcile pass.")
     lease_seconds: float = Field(30.0, gt=0, description="Leader lease duration.")

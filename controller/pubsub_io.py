@@ -1,0 +1,82 @@
+"""Pub/Sub plumbing for the controller: clients, topic set-up, and the log-entry decoder.
+
+The real `google-cloud-pubsub` clients are used as they are; with `PUBSUB_EMULATOR_HOST` set they
+talk to devstack instead of Google.
+"""
+from __future__ import annotations
+
+import json
+
+from google.api_core import exceptions as gexc
+from google.cloud import pubsub_v1
+from google.pubsub_v1.types import DeadLetterPolicy, RetryPolicy
+from google.protobuf import duration_pb2
+
+from controller import logs
+from controller.settings import Settings
+
+log = logs.get("relaunch.pubsub")
+
+
+class TopicPublisher:
+    """Publishes and waits for the server's acknowledgement (with a deadline)."""
+
+    def __init__(self, client: pubsub_v1.PublisherClient | None = None, timeout: float = 30.0):
+        self.client = client or pubsub_v1.PublisherClient()
+        self.timeout = timeout
+
+    def publish(self, topic: str, data: bytes, **attributes: str) -> str:
+        future = self.client.publish(topic, data, **{k: str(v) for k, v in attributes.items()})
+        return future.result(timeout=self.timeout)
+
+
+def ensure_topology(settings: Settings, publisher: pubsub_v1.PublisherClient,
+                    subscriber: pubsub_v1.SubscriberClient) -> None:
+    """Create the topics and subscriptions the controller uses, if they are missing.
+
+    Production creates them with deploy/ (Terraform-free gcloud script); this is for devstack and
+    first runs. The requests subscription dead-letters a message that keeps failing.
+    """
+    for name in (settings.requests_topic, settings.events_topic, settings.alerts_topic,
+                 settings.dead_letter_topic):
+        try:
+            publisher.create_topic(name=settings.topic_path(name))
+        except gexc.AlreadyExists:
+            pass
+    subscriptions = [
+        (settings.requests_subscription, settings.requests_topic, True),
+        (settings.events_subscription, settings.events_topic, False),
+        (settings.dead_letter_topic + "-inspect", settings.dead_letter_topic, False),
+    ]
+    for sub_name, topic_name, dead_letter in subscriptions:
+        request = {
+            "name": settings.subscription_path(sub_name),
+            "topic": settings.topic_path(topic_name),
+            "ack_deadline_seconds": 60,
+            "retry_policy": RetryPolicy(minimum_backoff=duration_pb2.Duration(seconds=1),
+                                        maximum_backoff=duration_pb2.Duration(seconds=60)),
+        }
+        if dead_letter:
+            request["dead_letter_policy"] = DeadLetterPolicy(
+                dead_letter_topic=settings.topic_path(settings.dead_letter_topic),
+                max_delivery_attempts=5)
+        try:
+            subscriber.create_subscription(request=request)
+        except gexc.AlreadyExists:
+            pass
+
+
+def vertex_job_id_from_log_entry(data: bytes) -> str | None:
+    """The Vertex job id a Cloud Logging entry (as a log sink delivers it) is about, if any.
+
+    Only entries of `resource.type="ml_job"` count; anything else (or garbage) is not a hint.
+    """
+    try:
+        entry = json.loads(data)
+        resource = entry["resource"]
+        if resource.get("type") != "ml_job":
+            return None
+        job_id = str(resource["labels"]["job_id"])
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return job_id if job_id.isdigit() else None
