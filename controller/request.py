@@ -73,7 +73,7 @@ class RequestInvalid(Exception):
         super().__init__("; ".join(str(p) for p in self.problems))
 
 
-_IDENTIFIER_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
+_IDENTIFIER_RE = re.compile(r"[^.\[\]\"\s]+")  # keys that need no quoting in a path
 
 
 def format_path(parts: tuple | list) -> str:
