@@ -118,7 +118,9 @@ class PushVerifier:
                  clock_skew_seconds: int = 10, *, request: google.auth.transport.Request | None = None,
                  cache_seconds: float = 300.0):
         if not audience or not service_account:
-            raise ValueError("push verification needs both an audience and a service account")
+            # An empty audience would refuse every push with 401; better to fail at start-up.
+            raise ValueError("push verification needs an audience (RELAUNCH_PUSH_AUDIENCE) and a "
+                             "service account (RELAUNCH_PUSH_SERVICE_ACCOUNT)")
         self.audience = audience
         self.service_account = service_account
         self.certs_url = certs_url or GOOGLE_CERTS_URL

@@ -73,3 +73,8 @@ def test_certificates_are_fetched_once_for_many_pushes(pubsub, verifier):
 def test_unreachable_certificates_are_503_so_pubsub_retries(pubsub):
     broken = PushVerifier(AUDIENCE, PUSHER, certs_url=pubsub.certs_url + "-missing")
     assert refused(broken, f"Bearer {pubsub.mint_token(AUDIENCE, PUSHER)}").status == 503
+
+
+def test_a_verifier_without_audience_fails_at_start_up(pubsub):
+    with pytest.raises(ValueError, match="RELAUNCH_PUSH_AUDIENCE"):
+        PushVerifier("", PUSHER, certs_url=pubsub.certs_url)
