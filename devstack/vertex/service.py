@@ -90,5 +90,9 @@ class JobServiceHandler(grpc.GenericRpcHandler):
                 return method.call(request)
             except ApiError as error:
                 context.abort(error.code, error.message)
+            except Exception:
+                # A bug in the stand-in: say so in its log instead of a bare UNKNOWN to the client.
+                log.exception("vertex stand-in failed to serve %s", type(request).__name__)
+                context.abort(grpc.StatusCode.INTERNAL, "devstack: internal error in the Vertex stand-in.")
 
         return behaviour
