@@ -35,10 +35,13 @@ class Preconditions:
 
     @classmethod
     def from_query(cls, query: dict[str, list[str]]) -> "Preconditions":
+        # Matched without regard to case: google-cloud-storage 3.x spells the last one
+        # "ifMetaGenerationNotMatch" on uploads, and it plainly means the same condition.
+        by_lower = {key.lower(): values for key, values in query.items() if values}
         values = {}
         for param, field in _PARAMS.items():
-            if query.get(param):
-                raw = query[param][0]
+            if param.lower() in by_lower:
+                raw = by_lower[param.lower()][0]
                 try:
                     values[field] = int(raw)
                 except ValueError:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
+import urllib.parse
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -67,10 +68,34 @@ class Request(lib_server.Request):
             pass
 
 
+def _with_media_link(resource: dict, base_url: str) -> dict:
+    # Stored resources carry no host: a restarted server listens on another port, and
+    # clients download from mediaLink verbatim.
+    name = urllib.parse.quote(resource["name"], safe="")
+    link = (f"{base_url}/download/storage/v1/b/{resource['bucket']}/o/{name}"
+            f"?generation={resource['generation']}&alt=media")
+    return {**resource, "mediaLink": link}
+
+
 class Response(lib_server.Response):
-    """The library's response, plus a streamed body from a file object."""
+    """The library's response, plus a streamed body from a file object, and object
+    resources whose mediaLink points at this server."""
 
     _blob = None
+
+    def __init__(self, handler, base_url: str):
+        super().__init__(handler)
+        self._base_url = base_url
+
+    def json(self, obj):
+        if isinstance(obj, dict):
+            if obj.get("kind") == "storage#object":
+                obj = _with_media_link(obj, self._base_url)
+            elif isinstance(obj.get("items"), list) and obj.get("kind") == "storage#objects":
+                obj = {**obj, "items": [_with_media_link(o, self._base_url) for o in obj["items"]]}
+            elif isinstance(obj.get("resource"), dict):  # rewrite replies
+                obj = {**obj, "resource": _with_media_link(obj["resource"], self._base_url)}
+        super().json(obj)
 
     def stream(self, blob, start: int, length: int, content_type: str):
         self["Content-Type"] = content_type
@@ -167,7 +192,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
     def _handle(self):
         method = self.headers.get("X-HTTP-Method-Override") or self.command
         request = Request(self, method)
-        response = Response(self)
+        response = Response(self, request.base_url)
         dispatch(request, response, self.backend)
         request.drain()  # HTTP/1.0 closes after the reply; unread bytes would reset the client
         response.close()

@@ -60,10 +60,7 @@ def _with_generation(resource: dict, generation: int) -> dict:
     resource["generation"] = str(generation)
     resource["metageneration"] = "1"
     resource["id"] = f"{bucket}/{name}/{generation}"
-    media_link = resource.get("mediaLink")
-    if isinstance(media_link, str):
-        base = media_link.split("?", 1)[0]
-        resource["mediaLink"] = f"{base}?generation={generation}&alt=media"
+    resource.pop("mediaLink", None)  # made per reply, with the server's current address
     return resource
 
 
