@@ -6,6 +6,10 @@
     with start_pubsub() as emulator:          # port 0: any free port
         os.environ["PUBSUB_EMULATOR_HOST"] = emulator.host_port
 
+`devstack.pubsub.testing` has `running_emulator()` (starts one and sets/restores the variable)
+and `wait_until(predicate, timeout)` for tests. `python -m devstack.pubsub --port N` runs it in
+the foreground and prints the export line.
+
 Covered
 -------
 - Publisher: CreateTopic, GetTopic, UpdateTopic, ListTopics, ListTopicSubscriptions, DeleteTopic,

@@ -49,7 +49,7 @@ def push_envelope(subscription: pubsub.Subscription, received: pubsub.ReceivedMe
 
 
 class PushSender:
-    def __init__(self, broker: Broker, signer: TokenSigner, workers: int = 8):
+    def __init__(self, broker: Broker, signer: TokenSigner, workers: int = 32):
         self._broker = broker
         self._signer = signer
         self._stopped = threading.Event()
