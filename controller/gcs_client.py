@@ -67,8 +67,12 @@ def is_transient(exc: BaseException) -> bool:
     return isinstance(exc, auth_exc.TransportError)
 
 
-def retrying(*, deadline: float = RETRY_DEADLINE_SECONDS, attempts: int = RETRY_ATTEMPTS,
+def retrying(*, deadline: float | None = None, attempts: int | None = None,
              what: str = "gcs call") -> Retrying:
+    """The policy: exponential backoff with jitter, only for `is_transient` errors."""
+    deadline = RETRY_DEADLINE_SECONDS if deadline is None else deadline
+    attempts = RETRY_ATTEMPTS if attempts is None else attempts
+
     def log_retry(state):
         _log.warning("retrying after a transient error", operation=what,
                      attempt=state.attempt_number, error=repr(state.outcome.exception()))
