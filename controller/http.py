@@ -107,6 +107,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _dispatch(self, method: str) -> None:
         path = urlsplit(self.path).path
+        self._body_read = False
         try:
             route = self._route(method, path)
             if route is None:
@@ -177,8 +178,6 @@ class _Handler(BaseHTTPRequestHandler):
         except PushAuthError as refusal:
             _log.warning("push refused", status=refusal.status, reason=refusal.reason,
                          client=self.client_address[0])
-            # The body was not read: drop the connection rather than parse it as the next request.
-            self.close_connection = True
             self._json(refusal.status, {"error": refusal.reason})
             return
         try:
@@ -212,7 +211,9 @@ class _Handler(BaseHTTPRequestHandler):
         if not 0 <= length <= MAX_PUSH_BODY_BYTES:
             self.close_connection = True
             raise MalformedEnvelope(f"push body of {length} bytes is out of bounds")
-        return self.rfile.read(length)
+        body = self.rfile.read(length)
+        self._body_read = True
+        return body
 
     # --- responses -----------------------------------------------------------------------------
     def _json(self, status: int, document: Any, extra_headers: dict[str, str] | None = None) -> None:
@@ -224,6 +225,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _send(self, status: int, body: bytes, content_type: str | None,
               extra_headers: dict[str, str] | None = None) -> None:
+        if self.command == "POST" and not self._body_read:
+            # An unread body would be parsed as the next request: end the connection instead.
+            self.close_connection = True
         self.send_response(status)
         if content_type and status != HTTPStatus.NO_CONTENT:
             self.send_header("Content-Type", content_type)

@@ -223,3 +223,11 @@ def test_pubsub_stand_in_pushes_a_published_request_end_to_end(server, app, pubs
 
     assert app.received.wait(TIMEOUT), "the stand-in never pushed the request"
     assert app.calls[0] == (data, {"kind": "submit", "requester": "alice"})
+
+
+def test_a_refused_push_does_not_leak_its_body_into_the_next_request(server, app):
+    # Keep-alive: the unread body of a refused push must not be parsed as the next request.
+    with requests.Session() as session:
+        refused = session.post(push_url(server), json=envelope(b"{}"), timeout=TIMEOUT)
+        after = session.get(base_url(server) + "/healthz", timeout=TIMEOUT)
+    assert (refused.status_code, after.status_code) == (401, 200)
