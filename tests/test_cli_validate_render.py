@@ -159,7 +159,7 @@ def test_committed_json_schema_is_up_to_date():
 
 
 def test_console_script_works():
-    script = Path(sys.executable).with_name("relaunch")
+    script = Path(sys.prefix) / "bin" / "relaunch"  # the console script of this virtual environment
     env = {k: v for k, v in os.environ.items() if k != "RELAUNCH_DEBUG"}
     validate = subprocess.run(
         [str(script), "validate", "examples/demo.yaml", "examples/invalid/bad-cancel.json"],
