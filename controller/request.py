@@ -3,8 +3,8 @@
 A request arrives as JSON (Pub/Sub) or YAML/JSON text (CLI files). The Relaunch part of it
 (jobId, checkpoint, restartPolicy, labels) is checked with pydantic models; the `jobSpec` part is
 a Vertex AI CustomJobSpec in REST form and is parsed with the Vertex client library's own types
-(see "jobSpec" below), so every Vertex field is accepted and a typo is
-rejected by the library's descriptors. Every problem is collected and reported with its field
+(section "jobSpec" below), so every Vertex field is accepted and a typo is rejected by
+the library's descriptors. Every problem is collected and reported with its field
 path; nothing here ever lets a traceback reach the user.
 
 Public API: `parse_request`, `JobRequest`, `CancelRequest`, `Problem`, `RequestInvalid`,
@@ -12,15 +12,13 @@ Public API: `parse_request`, `JobRequest`, `CancelRequest`, `Problem`, `RequestI
 """
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
-
-import difflib
-from typing import Annotated
+from typing import Annotated, Any, Literal
 
 import yaml
 from google.cloud import aiplatform_v1 as vertex
