@@ -167,3 +167,27 @@ def test_out_of_range_ack_deadlines_are_rejected(subscriber, topic):
     subscription = subscriber.create_subscription(name=unique("subscriptions"), topic=topic).name
     with pytest.raises(exceptions.InvalidArgument):
         subscriber.modify_ack_deadline(subscription=subscription, ack_ids=["1-1"], ack_deadline_seconds=601)
+
+
+def test_retry_policy_minimum_backoff_delays_redelivery_after_a_nack(publisher, subscriber, topic):
+    subscription = subscriber.create_subscription(
+        request={
+            "name": unique("subscriptions"),
+            "topic": topic,
+            "retry_policy": {"minimum_backoff": {"seconds": 2}, "maximum_backoff": {"seconds": 10}},
+        }
+    ).name
+    message_id = publisher.publish(topic, b"backoff").result(timeout=10)
+    (leased,) = subscriber.pull(subscription=subscription, max_messages=1, timeout=10).received_messages
+    subscriber.modify_ack_deadline(subscription=subscription, ack_ids=[leased.ack_id], ack_deadline_seconds=0)
+    nacked_at = time.monotonic()
+
+    (again,) = subscriber.pull(subscription=subscription, max_messages=1, timeout=10).received_messages
+    assert again.message.message_id == message_id
+    assert time.monotonic() - nacked_at >= 1.9
+
+
+def test_streaming_pull_of_a_missing_subscription_fails_with_not_found(subscriber):
+    future = subscriber.subscribe(unique("subscriptions"), lambda message: message.ack())
+    with pytest.raises(exceptions.NotFound):
+        future.result(timeout=20)

@@ -9,6 +9,7 @@ import uuid
 from collections import defaultdict
 
 import pytest
+from google.api_core import exceptions
 from google.cloud import pubsub_v1
 from google.pubsub_v1 import types as pubsub
 
@@ -273,3 +274,21 @@ def test_ordering_keys_are_delivered_in_publish_order_even_across_a_nack(emulato
     assert seen["job-b"] == list(range(10))
     assert seen["job-a"] == [0, 1, 2, 3, 3, 4, 5, 6, 7, 8, 9]  # the nacked one again, then the rest
     assert pubsub.Subscription.pb(subscriber.get_subscription(subscription=subscription)).enable_message_ordering
+
+
+def test_deleting_the_subscription_ends_an_open_stream_with_not_found(publisher, subscriber):
+    topic = new_topic(publisher)
+    subscription = new_subscription(subscriber, topic)
+    received: list[str] = []
+
+    def on_message(message):
+        received.append(message.message_id)
+        message.ack()
+
+    future = subscriber.subscribe(subscription, on_message)
+    publisher.publish(topic, b"hello").result(timeout=10)
+    wait_until(lambda: received, what="the stream to be delivering")
+
+    subscriber.delete_subscription(subscription=subscription)
+    with pytest.raises(exceptions.NotFound):
+        future.result(timeout=20)
