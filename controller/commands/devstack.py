@@ -1,0 +1,230 @@
+"""`relaunch devstack`: run the local stand-ins for Pub/Sub, GCS and Vertex AI in the
+background and disturb them (preemption, stockout, API faults, quota).
+
+devstack is imported only inside the handlers: every other verb pays nothing for it.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+DEFAULT_DIR = ".devstack"
+START_TIMEOUT = 90.0
+STOP_TIMEOUT = 30.0
+
+_HELP = {
+    "up": ("start the devstack in the background and print its environment",
+           "Starts Pub/Sub, GCS and Vertex AI stand-ins on free loopback ports as a detached\n"
+           "process (state, pid and log under --dir), waits until they answer, and prints\n"
+           "the export lines a shell needs. Running it again prints the same lines.\n\n"
+           "example:\n  eval \"$(relaunch devstack up)\"\n  relaunch devstack up --dir /tmp/ds"),
+    "env": ("print the export lines of the running devstack again",
+            "example:\n  eval \"$(relaunch devstack env)\""),
+    "down": ("stop the background devstack and every replica process it started",
+             "example:\n  relaunch devstack down --dir /tmp/ds"),
+    "status": ("show the running devstack's endpoints and jobs (JSON)",
+               "example:\n  relaunch devstack status"),
+    "preempt": ("reclaim a job's Spot VMs: SIGTERM to its replicas, SIGKILL after the grace",
+                "The job then ends FAILED with code 14, as a preempted Vertex job does.\n\n"
+                "example:\n  relaunch devstack preempt "
+                "projects/relaunch-dev/locations/us-central1/customJobs/3 --grace 10"),
+    "stockout": ("make new jobs wait for capacity, and optionally fail with a stockout",
+                 "New jobs stay QUEUED for --seconds; with --fail they then end FAILED with\n"
+                 "code 8 (\"Resources are insufficient in region\"). No options clears it.\n\n"
+                 "example:\n  relaunch devstack stockout --seconds 30 --fail\n"
+                 "  relaunch devstack stockout          # back to normal"),
+    "faults": ("answer a fraction of Vertex API calls with gRPC errors",
+               "example:\n  relaunch devstack faults --rate 0.3 --codes UNAVAILABLE,DEADLINE_EXCEEDED\n"
+               "  relaunch devstack faults --rate 0   # back to normal"),
+}
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "devstack", help="local stand-ins for Pub/Sub, GCS and Vertex AI (dev and tests)",
+        description=__doc__.split("\n\n")[0],
+        epilog="example:\n  eval \"$(relaunch devstack up)\"   # then run the controller against it\n"
+               "  relaunch devstack down",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.set_defaults(handler=lambda args: _usage(parser))
+    verbs = parser.add_subparsers(title="sub-verbs", metavar="SUBVERB")
+
+    def verb(name, handler):
+        summary, details = _HELP[name]
+        sub = verbs.add_parser(name, help=summary, description=f"{summary[0].upper()}{summary[1:]}.",
+                               epilog=details, formatter_class=argparse.RawDescriptionHelpFormatter)
+        sub.add_argument("--dir", default=DEFAULT_DIR,
+                         help=f"the devstack's state directory (default: ./{DEFAULT_DIR})")
+        sub.set_defaults(handler=handler)
+        return sub
+
+    verb("up", _up).add_argument("--timeout", type=float, default=START_TIMEOUT,
+                                 help="seconds to wait for it to be ready")
+    verb("env", _env)
+    verb("down", _down)
+    verb("status", _status)
+    preempt = verb("preempt", _preempt)
+    preempt.add_argument("job", metavar="VERTEX_JOB_NAME")
+    preempt.add_argument("--grace", type=float, default=30.0, metavar="SECONDS",
+                         help="seconds between SIGTERM and SIGKILL (default 30, as on Spot VMs)")
+    stockout = verb("stockout", _stockout)
+    stockout.add_argument("--seconds", type=float, default=0.0, help="how long new jobs queue")
+    stockout.add_argument("--fail", action="store_true", help="then fail them with code 8")
+    faults = verb("faults", _faults)
+    faults.add_argument("--rate", type=float, required=True, help="fraction of calls, 0 to 1")
+    faults.add_argument("--codes", default="UNAVAILABLE",
+                        help="comma-separated gRPC codes (default UNAVAILABLE)")
+    faults.add_argument("--seed", type=int, default=None, help="for a repeatable sequence")
+
+
+def _usage(parser) -> int:
+    parser.print_help(sys.stderr)
+    return 2
+
+
+def _running(state: Path):
+    """(pid, env) of the devstack serving `state`, or None."""
+    from devstack.control import devstack_alive, read_run_env
+
+    found = read_run_env(state)
+    if found and devstack_alive(found[0]):
+        return found
+    return None
+
+
+def _up(args) -> int:
+    from devstack.control import LOG_FILE, export_lines
+
+    state = Path(args.dir).resolve()
+    state.mkdir(parents=True, exist_ok=True)
+    running = _running(state)
+    if running:
+        sys.stdout.write(export_lines(running[1]))
+        return 0
+    with open(state / LOG_FILE, "ab") as log:
+        child = subprocess.Popen(
+            [sys.executable, "-m", "devstack", "serve", "--dir", str(state)],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True,  # outlives this shell command and its Ctrl-C
+        )
+    deadline = time.monotonic() + args.timeout
+    while time.monotonic() < deadline:
+        running = _running(state)
+        if running and running[0] == child.pid:
+            sys.stdout.write(export_lines(running[1]))
+            print(f"# devstack up (pid {child.pid}); log: {state / LOG_FILE}", file=sys.stderr)
+            return 0
+        if child.poll() is not None:
+            print(f"relaunch: devstack exited with status {child.returncode} while starting:\n"
+                  + _tail(state / LOG_FILE), file=sys.stderr)
+            return 1
+        time.sleep(0.1)  # polling a file another process writes, bounded by the deadline
+    print(f"relaunch: devstack not ready after {args.timeout:g}s; stopping it. Log:\n"
+          + _tail(state / LOG_FILE), file=sys.stderr)
+    _stop(child.pid)
+    return 1
+
+
+def _tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "".join(path.read_text(errors="replace").splitlines(keepends=True)[-lines:])
+    except OSError:
+        return ""
+
+
+def _env(args) -> int:
+    from devstack.control import export_lines
+
+    running = _running(Path(args.dir).resolve())
+    if not running:
+        print(f"relaunch: no devstack running in {args.dir} (start one: relaunch devstack up)",
+              file=sys.stderr)
+        return 1
+    sys.stdout.write(export_lines(running[1]))
+    return 0
+
+
+def _stop(pid: int) -> bool:
+    """SIGTERM, then SIGKILL to its process group if it does not stop in time."""
+    from devstack.control import devstack_alive
+
+    for sig, wait in ((signal.SIGTERM, STOP_TIMEOUT), (signal.SIGKILL, 10.0)):
+        try:
+            if sig == signal.SIGKILL:
+                os.killpg(pid, sig)  # its own session: the group is the devstack alone
+            else:
+                os.kill(pid, sig)
+        except ProcessLookupError:
+            return True
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            if not devstack_alive(pid):
+                return True
+            time.sleep(0.1)
+    return not devstack_alive(pid)
+
+
+def _down(args) -> int:
+    from devstack.control import ENV_FILE, PID_FILE, devstack_alive, read_run_pid
+
+    state = Path(args.dir).resolve()
+    pid = read_run_pid(state)
+    if pid is None or not devstack_alive(pid):
+        for name in (ENV_FILE, PID_FILE):
+            (state / name).unlink(missing_ok=True)
+        print(f"devstack: not running in {state}", file=sys.stderr)
+        return 0
+    if not _stop(pid):
+        print(f"relaunch: devstack (pid {pid}) did not stop", file=sys.stderr)
+        return 1
+    for name in (ENV_FILE, PID_FILE):
+        (state / name).unlink(missing_ok=True)
+    print(f"devstack: stopped (pid {pid})", file=sys.stderr)
+    return 0
+
+
+def _control(args):
+    """A client for the devstack in --dir, or else the one RELAUNCH_DEVSTACK_CONTROL names."""
+    from devstack.control import ControlClient
+
+    running = _running(Path(args.dir).resolve())
+    url = running[1]["RELAUNCH_DEVSTACK_CONTROL"] if running else os.environ.get("RELAUNCH_DEVSTACK_CONTROL")
+    if not url:
+        raise RuntimeError(f"no devstack running in {args.dir} and RELAUNCH_DEVSTACK_CONTROL is not set")
+    return ControlClient(url)
+
+
+def _status(args) -> int:
+    import json
+
+    print(json.dumps(_control(args).status(), indent=2))
+    return 0
+
+
+def _preempt(args) -> int:
+    if _control(args).preempt(args.job, args.grace):
+        print(f"preempting {args.job} (grace {args.grace:g}s)", file=sys.stderr)
+        return 0
+    print(f"relaunch: {args.job} is not running (already ended or cancelling)", file=sys.stderr)
+    return 1
+
+
+def _stockout(args) -> int:
+    _control(args).stockout(args.seconds, args.fail)
+    state = "cleared" if args.seconds == 0 and not args.fail else (
+        f"new jobs queue {args.seconds:g}s" + (" then fail (code 8)" if args.fail else ""))
+    print(f"stockout: {state}", file=sys.stderr)
+    return 0
+
+
+def _faults(args) -> int:
+    codes = [code.strip().upper() for code in args.codes.split(",") if code.strip()]
+    _control(args).faults(args.rate, codes, args.seed)
+    print(f"faults: {args.rate:g} of Vertex calls answer {','.join(codes)}", file=sys.stderr)
+    return 0

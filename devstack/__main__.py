@@ -1,0 +1,69 @@
+"""Run the devstack in this process until SIGINT/SIGTERM.
+
+    python -m devstack up --dir .devstack      # foreground; prints the export lines
+    python -m devstack serve --dir .devstack   # what `relaunch devstack up` runs detached
+
+Both write DIR/devstack.pid at once and DIR/env.json when every stand-in is up, and remove
+them on the way out.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from devstack.control import ENV_FILE, PID_FILE, export_lines, read_run_pid, write_run_file
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m devstack", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("mode", choices=["up", "serve"],
+                        help="up: foreground, prints the environment; serve: quiet, for `relaunch devstack up`")
+    parser.add_argument("--dir", default=".devstack", help="state directory (default: ./.devstack)")
+    parser.add_argument("--project", default="relaunch-dev")
+    parser.add_argument("--region", default="us-central1")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    state = Path(args.dir).resolve()
+    state.mkdir(parents=True, exist_ok=True)
+    pid = os.getpid()
+
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, lambda *_: stop.set())
+
+    write_run_file(state / PID_FILE, f"{pid}\n")
+    from devstack.stack import DevStack  # after the pid file, so `down` can find a slow start
+
+    stack = DevStack(str(state), project=args.project, region=args.region)
+    try:
+        stack.start()
+        env = stack.env()
+        write_run_file(state / ENV_FILE, json.dumps({"pid": pid, "env": env}, indent=2))
+        if args.mode == "up":
+            sys.stdout.write(export_lines(env))
+            print(f"# devstack running (pid {pid}, state in {state}); Ctrl-C stops it",
+                  file=sys.stderr)
+            sys.stdout.flush()
+        logging.getLogger("devstack").info("devstack up: %s", env)
+        stop.wait()
+    finally:
+        stack.stop()
+        if read_run_pid(state) == pid:  # leave a newer devstack's files alone
+            for name in (ENV_FILE, PID_FILE):
+                (state / name).unlink(missing_ok=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,194 @@
+"""Fault injection over HTTP, so a CLI or a test in another process can disturb a running
+devstack (RELAUNCH_DEVSTACK_CONTROL names the server).
+
+    POST /preempt   {"job": NAME, "grace_seconds": 30}             -> {"preempted": true}
+    POST /stockout  {"queue_seconds": 0, "fail": false, "region_wide_until": null}
+    POST /faults    {"rate": 0.2, "codes": ["UNAVAILABLE"], "seed": null}
+    POST /quota     {"enabled": true, "creates_per_minute": 60, "other_per_minute": 600}
+    GET  /status    -> {"pid": .., "dir": .., "env": {..}, "jobs": [{name, state, ..}]}
+
+Errors come back as {"error": message} with 400 (bad input) or 404 (unknown job).
+
+It also holds the run files through which `relaunch devstack` finds a background devstack.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shlex
+import threading
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import requests
+
+log = logging.getLogger(__name__)
+
+
+def _required(body: dict, key: str):
+    if key not in body:
+        raise ValueError(f"missing field {key!r}")
+    return body[key]
+
+
+def _preempt(target, body):
+    job = _required(body, "job")
+    return {"preempted": target.preempt(job, float(body.get("grace_seconds", 30.0)))}
+
+
+def _stockout(target, body):
+    until = body.get("region_wide_until")
+    target.stockout(float(body.get("queue_seconds", 0.0)), bool(body.get("fail", False)),
+                    None if until is None else float(until))
+    return {}
+
+
+def _faults(target, body):
+    seed = body.get("seed")
+    target.faults(float(_required(body, "rate")), list(body.get("codes") or []),
+                  None if seed is None else int(seed))
+    return {}
+
+
+def _quota(target, body):
+    target.quota(bool(_required(body, "enabled")), int(body.get("creates_per_minute", 60)),
+                 int(body.get("other_per_minute", 600)))
+    return {}
+
+
+_POSTS = {"/preempt": _preempt, "/stockout": _stockout, "/faults": _faults, "/quota": _quota}
+
+
+class _Handler(BaseHTTPRequestHandler):
+    target: Any  # the DevStack, set on the subclass made per server
+
+    def _reply(self, status: HTTPStatus, payload: dict) -> None:
+        body = json.dumps(payload).encode("utf-8")
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self):
+        if self.path.rstrip("/") == "/status":
+            return self._reply(HTTPStatus.OK, self.target.status())
+        self._reply(HTTPStatus.NOT_FOUND, {"error": f"no such endpoint {self.path}"})
+
+    def do_POST(self):
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b"{}"
+        action = _POSTS.get(self.path.rstrip("/"))
+        if action is None:
+            return self._reply(HTTPStatus.NOT_FOUND, {"error": f"no such endpoint {self.path}"})
+        try:
+            body = json.loads(raw or b"{}")
+            if not isinstance(body, dict):
+                raise ValueError("the body must be a JSON object")
+            self._reply(HTTPStatus.OK, action(self.target, body))
+        except KeyError as err:  # the only KeyError the stand-ins raise: an unknown job
+            self._reply(HTTPStatus.NOT_FOUND, {"error": f"unknown job {err.args[0]}"})
+        except (ValueError, TypeError) as err:
+            self._reply(HTTPStatus.BAD_REQUEST, {"error": str(err)})
+
+    def log_message(self, format, *args):
+        log.debug(format, *args)
+
+
+class ControlServer:
+    def __init__(self, target, host: str = "127.0.0.1", port: int = 0):
+        handler = type("ControlHandler", (_Handler,), {"target": target})
+        self._server = ThreadingHTTPServer((host, port), handler)
+        self._server.daemon_threads = True
+        self.url = f"http://{host}:{self._server.server_address[1]}"
+        self._thread = threading.Thread(target=self._server.serve_forever,
+                                        name="devstack-control", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=10)
+
+
+class ControlError(RuntimeError):
+    """The control server refused a request (unknown job, bad value)."""
+
+
+class ControlClient:
+    """The DevStack's fault-injection methods, over HTTP."""
+
+    def __init__(self, url: str, timeout: float = 30.0):
+        self.url = url.rstrip("/")
+        self.timeout = timeout
+
+    def _call(self, method: str, path: str, body: dict | None = None) -> dict:
+        reply = requests.request(method, self.url + path, json=body, timeout=self.timeout)
+        payload = reply.json()
+        if reply.status_code != 200:
+            raise ControlError(payload.get("error") or f"HTTP {reply.status_code}")
+        return payload
+
+    def preempt(self, job_name: str, grace_seconds: float = 30.0) -> bool:
+        return self._call("POST", "/preempt", {"job": job_name, "grace_seconds": grace_seconds})["preempted"]
+
+    def stockout(self, queue_seconds: float = 0.0, fail: bool = False,
+                 region_wide_until: float | None = None) -> None:
+        self._call("POST", "/stockout", {"queue_seconds": queue_seconds, "fail": fail,
+                                         "region_wide_until": region_wide_until})
+
+    def faults(self, rate: float, codes: list[str] = (), seed: int | None = None) -> None:
+        self._call("POST", "/faults", {"rate": rate, "codes": list(codes), "seed": seed})
+
+    def quota(self, enabled: bool, creates_per_minute: int = 60, other_per_minute: int = 600) -> None:
+        self._call("POST", "/quota", {"enabled": enabled, "creates_per_minute": creates_per_minute,
+                                      "other_per_minute": other_per_minute})
+
+    def status(self) -> dict:
+        return self._call("GET", "/status")
+
+
+# ---- run files: how other processes find a devstack that `python -m devstack` runs -------
+
+ENV_FILE = "env.json"  # {"pid": N, "env": {...}}, written once every stand-in is up
+PID_FILE = "devstack.pid"
+LOG_FILE = "devstack.log"
+
+
+def write_run_file(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)  # readers see the whole file or none
+
+
+def read_run_env(dir: str | os.PathLike) -> tuple[int, dict[str, str]] | None:
+    try:
+        data = json.loads((Path(dir) / ENV_FILE).read_text())
+        return int(data["pid"]), dict(data["env"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def read_run_pid(dir: str | os.PathLike) -> int | None:
+    try:
+        return int((Path(dir) / PID_FILE).read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def devstack_alive(pid: int) -> bool:
+    """Whether `pid` is a live (not zombie) `python -m devstack` process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    state = stat.rsplit(")", 1)[1].split()[0]
+    return state not in ("Z", "X") and b"devstack" in cmdline
+
+
+def export_lines(env: dict[str, str]) -> str:
+    return "".join(f"export {key}={shlex.quote(value)}\n" for key, value in env.items())

@@ -1,0 +1,143 @@
+"""The whole devstack in one object: Pub/Sub, GCS and Vertex stand-ins plus the control server.
+
+    stack = DevStack("/tmp/devstack").start()
+    os.environ.update(stack.env())      # every Google client now talks to the stand-ins
+    ...
+    stack.preempt(job_name)              # fault injection, also over HTTP (devstack.control)
+    stack.stop()
+
+Vertex's job-state LogEntries are published, as JSON, to the Pub/Sub topic
+`vertex-job-events`, as a Cloud Logging sink would; nothing else is created.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import grpc
+from google.api_core import exceptions as gexc
+from google.cloud import pubsub_v1
+from google.pubsub_v1.services.publisher.transports import PublisherGrpcTransport
+
+from devstack.control import ControlServer
+from devstack.gcs import start_gcs
+from devstack.pubsub import start_pubsub
+from devstack.vertex import start_vertex
+
+log = logging.getLogger(__name__)
+
+EVENTS_TOPIC = "vertex-job-events"
+ENV_KEYS = (
+    "PUBSUB_EMULATOR_HOST",
+    "STORAGE_EMULATOR_HOST",
+    "RELAUNCH_VERTEX_ENDPOINT",
+    "RELAUNCH_DEVSTACK_CONTROL",
+    "GOOGLE_CLOUD_PROJECT",
+    "RELAUNCH_REGION",
+)
+
+
+class DevStack:
+    """State lives under `dir`: GCS objects in dir/gcs (kept across restarts), replica
+    logs in dir/vertex/<job id>/. Pub/Sub and Vertex jobs live in memory."""
+
+    def __init__(self, dir: str, project: str = "relaunch-dev", region: str = "us-central1",
+                 host: str = "127.0.0.1"):
+        self.dir = Path(dir).resolve()
+        self.project = project
+        self.region = region
+        self.host = host
+        self.pubsub = self.gcs = self.vertex = self.control = None
+        self._publisher = None
+        self.events_topic = f"projects/{project}/topics/{EVENTS_TOPIC}"
+
+    # ---- lifecycle -----------------------------------------------------------------------
+    def start(self) -> "DevStack":
+        self.dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.pubsub = start_pubsub(self.host, 0)
+            self.gcs = start_gcs(self.host, 0, data_dir=str(self.dir / "gcs"))
+            # A channel of our own: the stack must not depend on (or change) os.environ.
+            channel = grpc.insecure_channel(self.pubsub.host_port)
+            self._publisher = pubsub_v1.PublisherClient(
+                transport=PublisherGrpcTransport(channel=channel))
+            try:
+                self._publisher.create_topic(name=self.events_topic)
+            except gexc.AlreadyExists:
+                pass
+            self.vertex = start_vertex(
+                self.host, 0, project=self.project, region=self.region,
+                workdir=str(self.dir / "vertex"), event_sink=self._publish_event,
+            )
+            self.control = ControlServer(self, self.host, 0)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        """Stop everything that was started (replica processes included); safe to repeat."""
+        for part in ("control", "vertex", "gcs", "pubsub"):
+            server = getattr(self, part)
+            if server is None:
+                continue
+            try:
+                server.stop()
+            except Exception:  # keep stopping the others
+                log.exception("stopping the %s stand-in failed", part)
+            setattr(self, part, None)
+        if self._publisher is not None:
+            self._publisher.stop()
+            self._publisher = None
+
+    def __enter__(self) -> "DevStack":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def _publish_event(self, entry: dict) -> None:
+        # Called on the Vertex stand-in's single event thread; waiting for each publish
+        # keeps the topic in transition order.
+        data = json.dumps(entry).encode("utf-8")
+        self._publisher.publish(self.events_topic, data).result(timeout=30)
+
+    # ---- what clients need -----------------------------------------------------------------
+    def env(self) -> dict[str, str]:
+        return {
+            "PUBSUB_EMULATOR_HOST": self.pubsub.host_port,
+            "STORAGE_EMULATOR_HOST": self.gcs.url,
+            "RELAUNCH_VERTEX_ENDPOINT": self.vertex.host_port,
+            "RELAUNCH_DEVSTACK_CONTROL": self.control.url,
+            "GOOGLE_CLOUD_PROJECT": self.project,
+            "RELAUNCH_REGION": self.region,
+        }
+
+    # ---- fault injection (the same names over HTTP: devstack.control.ControlClient) --------
+    def preempt(self, job_name: str, grace_seconds: float = 30.0) -> bool:
+        """Reclaim a running job's Spot VMs; False if it had already ended. KeyError if unknown."""
+        return self.vertex.preempt(job_name, grace_seconds)
+
+    def stockout(self, queue_seconds: float = 0.0, fail: bool = False,
+                 region_wide_until: float | None = None) -> None:
+        """New jobs queue `queue_seconds`, then fail with code 8 if `fail`; defaults clear it."""
+        extra = {} if region_wide_until is None else {"region_wide_until": region_wide_until}
+        self.vertex.set_stockout(queue_seconds=queue_seconds, fail=fail, **extra)
+
+    def faults(self, rate: float, codes: list[str] = (), seed: int | None = None) -> None:
+        """Answer `rate` of Vertex RPCs with one of the gRPC `codes`; rate 0 clears."""
+        self.vertex.set_api_faults(rate, list(codes), seed)
+
+    def quota(self, enabled: bool, creates_per_minute: int = 60, other_per_minute: int = 600) -> None:
+        self.vertex.set_quota(enabled, creates_per_minute, other_per_minute)
+
+    def status(self) -> dict[str, Any]:
+        jobs = [
+            {"name": job.name, "displayName": job.display_name, "state": job.state.name,
+             "labels": dict(job.labels)}
+            for job in self.vertex.jobs()
+        ]
+        return {"pid": os.getpid(), "dir": str(self.dir), "env": self.env(), "jobs": jobs}
