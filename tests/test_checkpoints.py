@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import itertools
+import os
 
 import pytest
 from google.auth.credentials import AnonymousCredentials
@@ -9,6 +10,7 @@ from google.cloud import storage as gcs
 
 from controller.checkpoints import CheckpointProbe, CheckpointsUnavailable
 from devstack.gcs import start_gcs
+from tests.store.test_gcs_store import FlakyProxy
 from trainer import layout
 from trainer.storage import GcsStorage, write_exit_record
 
@@ -98,6 +100,24 @@ def test_exit_record_round_trips(probe, root):
 def test_garbled_exit_record_is_none(probe, root):
     GcsStorage(root).write_bytes("exits/attempt-0003.json", b"\x00not json")
     assert probe.exit_record(root, 3) is None
+
+
+def test_transient_server_errors_are_retried(gcs_client, root, monkeypatch):
+    write_checkpoint(root, 20)
+    write_exit_record(GcsStorage(root), layout.ExitRecord(job_id="demo-gpt", attempt=1,
+                                                          reason="completed", exit_code=0))
+    proxy = FlakyProxy(os.environ["STORAGE_EMULATOR_HOST"])
+    try:
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.url)
+        probe = CheckpointProbe(client=gcs.Client(project="relaunch-dev",
+                                                  credentials=AnonymousCredentials()), timeout=10)
+        proxy.fail_next(2)
+        assert probe.latest(root).step == 20
+        proxy.fail_next(2)
+        assert probe.exit_record(root, 1).reason == "completed"
+        assert sum(status == 503 for _, status in proxy.requests) == 4
+    finally:
+        proxy.stop()
 
 
 def test_unreachable_storage_is_unknown_not_empty(monkeypatch):

@@ -3,12 +3,16 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+import requests
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import storage
 
-from controller.store import Fenced
+from controller.store import AlreadyExists, Fenced
 from controller.store.base import StoreError
 from controller.store.factory import open_store
 from controller.store.gcs import GcsStateStore
@@ -83,3 +87,104 @@ def test_open_store_understands_every_documented_url(gcs_client, tmp_path, monke
     for bad in ("postgres://db/x", "gs:///no-bucket", "sqlite://", "/just/a/path"):
         with pytest.raises(ValueError, match="state store URL"):
             open_store(bad)
+
+
+# ---- the retry policy, on the wire --------------------------------------------------------
+
+class FlakyProxy:
+    """An HTTP proxy in front of the stand-in that can answer 503 to the next few object
+    requests, either instead of forwarding them or after forwarding them (a reply lost on the
+    way back). Bucket requests (the client library's own background metadata lookups) pass
+    through untouched and unrecorded, so they cannot eat a planned fault."""
+
+    def __init__(self, upstream: str):
+        self.upstream = upstream
+        self.requests: list[tuple[str, int]] = []  # (method, status the client saw)
+        self._faults: list[bool] = []              # True = forward, then fail anyway
+        self._lock = threading.Lock()
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def _relay(self):
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else None
+                about_objects = "/o" in self.path.split("?", 1)[0]
+                with proxy._lock:
+                    fault = proxy._faults.pop(0) if proxy._faults and about_objects else None
+                status, headers, content = 503, {}, b'{"error": {"code": 503}}'
+                if fault is None or fault:
+                    reply = requests.request(
+                        self.command, proxy.upstream + self.path, data=body, timeout=10,
+                        headers={k: v for k, v in self.headers.items() if k.lower() != "host"})
+                    if fault is None:
+                        status, content = reply.status_code, reply.content
+                        headers = {k: v for k, v in reply.headers.items()
+                                   if k.lower() not in ("content-length", "transfer-encoding",
+                                                        "connection", "content-encoding")}
+                if about_objects:
+                    with proxy._lock:
+                        proxy.requests.append((self.command, status))
+                self.send_response(status)
+                for key, value in headers.items():
+                    self.send_header(key, value)
+                self.send_header("Content-Length", str(len(content)))
+                self.end_headers()
+                self.wfile.write(content)
+
+            do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _relay
+
+            def log_message(self, *args):
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    def fail_next(self, count: int, *, after_forwarding: bool = False) -> None:
+        with self._lock:
+            self._faults.extend([after_forwarding] * count)
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+@pytest.fixture
+def flaky_store(gcs_client, monkeypatch):
+    proxy = FlakyProxy(os.environ["STORAGE_EMULATOR_HOST"])
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.url)
+    client = storage.Client(project="relaunch-dev", credentials=AnonymousCredentials())
+    yield GcsStateStore(BUCKET, f"flaky-{next(_prefixes)}", client=client), proxy
+    proxy.stop()
+
+
+def test_server_errors_are_retried_until_the_write_lands(flaky_store):
+    store, proxy = flaky_store
+    proxy.fail_next(2)
+    assert store.create("job-a", {"n": 1}) == 1
+    assert store.get("job-a").document == {"n": 1}
+    assert [status for _, status in proxy.requests[:3]] == [503, 503, 200]
+
+
+def test_a_write_whose_reply_was_lost_is_recognised_as_ours(flaky_store):
+    """The create reached GCS but the client saw 503; its retry meets 412 and must not report
+    AlreadyExists for the document it wrote itself."""
+    store, proxy = flaky_store
+    proxy.fail_next(1, after_forwarding=True)
+    assert store.create("job-a", {"n": 1}) == 1
+    assert proxy.requests[:3] == [("POST", 503), ("POST", 412), ("GET", 200)]
+    version = store.put("job-a", {"n": 2}, expected_version=1)
+    proxy.fail_next(1, after_forwarding=True)
+    assert store.put("job-a", {"n": 3}, expected_version=version) == version + 1
+    assert store.get("job-a").document == {"n": 3}
+
+
+def test_a_precondition_failure_is_answered_once_not_retried(flaky_store):
+    store, proxy = flaky_store
+    store.create("job-a", {"n": 1})
+    proxy.requests.clear()
+    with pytest.raises(AlreadyExists):
+        store.create("job-a", {"n": 2})
+    assert proxy.requests == [("POST", 412)]
