@@ -24,12 +24,29 @@ class DdpEngine:
         self.ddp = DistributedDataParallel(self.module, device_ids=[device.index] if on_gpu else None)
         self.optimizer = make_optimizer(cfg, self.module)
         self.scheduler = make_scheduler(cfg, self.optimizer)
+        self._settled = False
         # bf16 needs no loss scaling, so there is no GradScaler to checkpoint.
         self.autocast = (
             (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if on_gpu else contextlib.nullcontext
         )
 
+    def _settle_buckets(self, inputs, targets) -> None:
+        """One throw-away forward/backward before the first real step.
+
+        DDP regroups its gradient buckets after the first backward, and gloo's ring all-reduce
+        sums an element in an order that depends on its offset in the bucket. Settling the layout
+        first makes every attempt - fresh or resumed - reduce with the same layout from its first
+        step on, which is what makes resume bitwise exact. RNG and gradients are left untouched.
+        """
+        devices = [self.device] if self.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices), self.autocast():
+            self.ddp(inputs, targets).backward()
+        self.optimizer.zero_grad(set_to_none=True)
+        self._settled = True
+
     def train_step(self, micro_batches: list[tuple]) -> torch.Tensor:
+        if not self._settled:
+            self._settle_buckets(*micro_batches[0])
         total = torch.zeros((), device=self.device)
         for index, (inputs, targets) in enumerate(micro_batches):
             is_last = index == len(micro_batches) - 1
