@@ -61,6 +61,9 @@ class Lease:
         self._lock = threading.Lock()
         self._generation: int | None = None   # of our last successful write; None = not held
         self._expires_at = 0.0                # by our own clock
+        # What is_held reads, one attribute so it needs no lock: a renewal stuck in retries
+        # must not block the daemon asking whether it may act. 0 = not held.
+        self._held_until = 0.0
         self._fence: int | None = None
         self._acquired_at = 0.0
         self._log = _log.bind(holder=holder_id, lease=f"gs://{bucket}/{self._blob.name}")
@@ -76,9 +79,11 @@ class Lease:
         return self._fence
 
     def is_held(self) -> bool:
-        with self._lock:
-            return (self._generation is not None
-                    and self._clock() < self._expires_at - self.safety_margin_seconds)
+        return self._clock() < self._held_until - self.safety_margin_seconds
+
+    def _set_held(self, generation: int | None, expires_at: float = 0.0) -> None:
+        self._generation, self._expires_at = generation, expires_at
+        self._held_until = expires_at if generation is not None else 0.0
 
     # -- GCS -----------------------------------------------------------------------------
 
@@ -122,18 +127,20 @@ class Lease:
             if seen is not None and not ours and seen.expires_at > now:
                 self._log.debug("lease held by another controller", other=seen.holder,
                                 expires_in=round(seen.expires_at - now, 3))
+                self._set_held(None)
                 return False
             acquired_at = self._acquired_at if ours else now
             generation = self._write(0 if seen is None else seen.generation,
                                      acquired_at=acquired_at, now=now)
             if generation is None:
                 self._log.info("lost the race for the lease")
+                self._set_held(None)
                 return False
             if not ours:
                 self._fence, self._acquired_at = generation, now
                 self._log.info("lease acquired", fence=generation,
                                took_over=None if seen is None else seen.holder or "<garbled>")
-            self._generation, self._expires_at = generation, now + self.duration_seconds
+            self._set_held(generation, now + self.duration_seconds)
             return True
 
     def renew(self) -> bool:
@@ -145,20 +152,21 @@ class Lease:
             if now >= self._expires_at:
                 # Anyone may have taken over meanwhile; acting on after this would be unsafe.
                 self._log.warning("lease expired before it was renewed")
-                self._generation = None
+                self._set_held(None)
                 return False
             generation = self._write(self._generation, acquired_at=self._acquired_at, now=now)
             if generation is None:
                 self._log.warning("lease lost: another controller wrote it")
-                self._generation = None
+                self._set_held(None)
                 return False
-            self._generation, self._expires_at = generation, now + self.duration_seconds
+            self._set_held(generation, now + self.duration_seconds)
             return True
 
     def release(self) -> None:
         """Give the lease up now (if it is still ours) so a successor need not wait for expiry."""
         with self._lock:
-            generation, self._generation = self._generation, None
+            generation = self._generation
+            self._set_held(None)
             if generation is None:
                 return
             blob = self._blob.bucket.blob(self._blob.name)
