@@ -470,3 +470,46 @@ def test_input_mapping_is_not_modified():
     snapshot = copy.deepcopy(document)
     parse_request(document)
     assert document == snapshot
+
+
+def test_odd_values_the_library_chokes_on_are_reported_not_raised():
+    document = spec_with(lambda s: s["workerPoolSpecs"][0]["machineSpec"].update(acceleratorType=float("inf")))
+    assert fields_of(document) == ["jobSpec.workerPoolSpecs[0].machineSpec.acceleratorType"]
+
+
+ODD_VALUES = [None, True, 0, -1, 1.5, 2**70, "", "x", [], {}, [None], [{}], float("inf"), float("nan"), "\u0000"]
+
+
+def _all_paths(document, prefix=()):
+    yield prefix
+    children = document.items() if isinstance(document, dict) else enumerate(document) if isinstance(document, list) else ()
+    for key, child in children:
+        yield from _all_paths(child, (*prefix, key))
+
+
+def test_any_damaged_request_is_either_rejected_with_problems_or_usable():
+    """Seeded random damage anywhere in a realistic request: never a stray exception."""
+    import random
+
+    from controller.render import build_custom_job
+
+    rng = random.Random(20261121)
+    base = request(displayName="x", labels={"team": "a"}, restartPolicy={"backoff": {"jitter": 0.1}})
+    paths = [p for p in _all_paths(base) if p]
+    for _ in range(300):
+        document = copy.deepcopy(base)
+        for path in rng.sample(paths, 2):
+            parent = document
+            try:
+                for key in path[:-1]:
+                    parent = parent[key]
+                parent[path[-1]] = rng.choice(ODD_VALUES)
+            except (KeyError, IndexError, TypeError):
+                continue  # an earlier change removed this path
+        try:
+            parsed = parse_request(document)
+        except RequestInvalid as invalid:
+            assert all(p.field and p.reason for p in invalid.problems)
+            continue
+        build_custom_job(parsed, 1)
+        assert parse_request(parsed.to_json()) == parsed
