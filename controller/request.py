@@ -295,7 +295,10 @@ def checkpoint_uri_problem(uri: str, *, allow_local: bool) -> str | None:
         return None
     if uri.startswith("file://"):
         if not allow_local:
-            return "file:// URIs are accepted only for local runs (--local); use gs://bucket/prefix"
+            return (
+                "file:// URIs are accepted only for local runs (relaunch validate --local, "
+                "RELAUNCH_ALLOW_LOCAL_CHECKPOINTS=true for the controller); use gs://bucket/prefix"
+            )
         path = uri[len("file://"):].rstrip("/")
         if not path.startswith("/"):
             return f"must be an absolute local path like file:///abs/path (got {uri!r})"
