@@ -55,6 +55,10 @@ class UploadBuffer:
         if self.path is not None:
             self._sink.close()
 
+    def memory_bytes(self) -> bytes:
+        """The bytes of an in-memory upload (no path)."""
+        return self._sink.getvalue()
+
 
 class BlobStore:
     """Blob bytes in a directory (`root`) or, with root=None, in memory."""
@@ -89,7 +93,7 @@ class BlobStore:
         if self._memory is None:
             os.replace(upload.path, self._blobs / key)
             return
-        data = upload._sink.getvalue()
+        data = upload.memory_bytes()
         with self._lock:
             self._memory[key] = data
 

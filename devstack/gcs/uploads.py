@@ -11,7 +11,6 @@ import secrets
 import threading
 import urllib.parse
 from dataclasses import dataclass, field
-from http import HTTPStatus
 
 from gcp_storage_emulator.exceptions import Conflict
 from gcp_storage_emulator.handlers.objects import (
@@ -84,7 +83,6 @@ def _finish(resource: dict, buffer: UploadBuffer) -> dict:
 def insert(request, response, backend):
     upload_type = request.query.get("uploadType", [""])[0]
     conditions = Preconditions.from_query(request.query)
-    bucket = request.params["bucket_name"]
     if upload_type == "resumable" and "upload_id" in request.query:
         return upload_chunk(request, response, backend)
     if upload_type == "resumable":
