@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import signal
 import random
 import threading
 import time
@@ -326,6 +328,7 @@ class Engine:
             return build_custom_job(request, action.attempt, resume_from=action.resume_from_uri,
                                     on_demand=action.on_demand)
 
+        _crash_point("after-intent")
         try:
             submission = self.vertex.ensure_attempt(job_id, action.attempt, build,
                                                     create=action.create_if_missing)
@@ -341,6 +344,7 @@ class Engine:
         if submission.job is None:
             return [ev.AttemptNotFound(action.attempt)]
         if submission.created:
+            _crash_point("after-create")
             if self.metrics is not None:
                 self.metrics.attempt_submitted()
             previous = state.attempts[-2] if len(state.attempts) > 1 else None
@@ -441,6 +445,18 @@ class Engine:
         if new.phase.terminal and not old.phase.terminal:
             entries.append(self._entry(now, attempt, f"job {new.phase.value}: {new.terminal_reason}"))
         return entries
+
+
+def _crash_point(name: str) -> None:
+    """Fault injection for the crash-safety tests: die here, as `kill -9` would.
+
+    `RELAUNCH_FAULT_CRASH_POINT=after-intent` kills the process after the attempt's intent is
+    stored and before CreateCustomJob; `after-create` right after CreateCustomJob returned and
+    before its result is stored. Unset in production.
+    """
+    if os.environ.get("RELAUNCH_FAULT_CRASH_POINT") == name:
+        log.warning("fault injection: crashing", crash_point=name)
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def status_document(document: dict, *, with_timeline: bool = True) -> dict:

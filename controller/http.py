@@ -155,7 +155,7 @@ class _Handler(BaseHTTPRequestHandler):
         except Exception as error:
             ready, why = False, f"readiness check raised {error!r}"
         if ready:
-            self._text(HTTPStatus.OK, "ready")
+            self._text(HTTPStatus.OK, f"ready: {why}")
         else:
             self._text(HTTPStatus.SERVICE_UNAVAILABLE, f"not ready: {why}")
 

@@ -39,4 +39,5 @@ def configure(level: str = "INFO", stream=None) -> None:
 
 
 def get(name: str = "relaunch", **bound):
-    return structlog.get_logger(name).bind(**bound)
+    # get_logger stays lazy: the configuration is read at first use, not at import time.
+    return structlog.get_logger(name, **bound)
