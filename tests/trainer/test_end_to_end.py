@@ -61,3 +61,10 @@ def test_ddp_two_nodes_resume_after_two_preemptions_is_bitwise_exact(start_gang,
     steps = 14
     args = ["--engine", "ddp", "--steps", str(steps), "--checkpoint-every-steps", "4", *TINY]
     check_exact_resume(start_gang, tmp_path, args, steps, nodes=2, nproc=2)
+
+
+def test_deepspeed_zero2_resume_after_two_preemptions_is_bitwise_exact(start_gang, tmp_path):
+    steps = 12
+    args = ["--engine", "deepspeed", "--zero-stage", "2", "--steps", str(steps), "--checkpoint-every-steps", "4",
+            "--grad-accum", "2", *TINY]
+    check_exact_resume(start_gang, tmp_path, args, steps, nodes=1, nproc=2)
