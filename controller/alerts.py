@@ -1,14 +1,18 @@
 """Ops alerts: a JSON message on the alerts topic and a structured log line per alert.
 
-Alert JSON (schema in docs/alerts.md): {"kind", "severity", "jobId", "attempt", "summary",
-"details", "time", "state": "firing" | "resolved"}. Alerts are deduplicated per (job, kind)
-within a cooldown so a flapping condition pages once.
+Alert JSON (schema and one example per kind in docs/alerts.md): {"kind", "severity", "jobId",
+"attempt", "summary", "details", "time", "state": "firing" | "resolved"}.
+
+Firing alerts are deduplicated per (job, kind) within a cooldown so a flapping condition pages
+once. A resolved alert goes out only for a (job, kind) that this sink announced as firing and has
+not resolved since, so consumers never see a "resolved" without its "firing".
 """
 from __future__ import annotations
 
 import json
 import threading
 import time
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Callable, Protocol
 
@@ -16,9 +20,22 @@ from controller import logs
 
 log = logs.get("relaunch.alerts")
 
+FIRING = "firing"
+RESOLVED = "resolved"
+
 
 class Publisher(Protocol):
     def publish(self, topic: str, data: bytes, **attributes: str): ...
+
+
+@dataclass(frozen=True)
+class _Firing:
+    severity: str
+    attempt: int | None
+
+
+def rfc3339(epoch_seconds: float) -> str:
+    return datetime.fromtimestamp(epoch_seconds, timezone.utc).isoformat().replace("+00:00", "Z")
 
 
 class AlertSink:
@@ -29,36 +46,94 @@ class AlertSink:
         self._topic = topic
         self._cooldown = cooldown_seconds
         self._clock = clock
-        self._last: dict[tuple[str | None, str], float] = {}
+        self._last_fired: dict[tuple[str | None, str], float] = {}
+        # What is firing now; the cooldown outlives a resolve on purpose (flapping pages once).
+        self._firing: dict[tuple[str | None, str], _Firing] = {}
         self._lock = threading.Lock()
         self._on_alert = on_alert or (lambda alert: None)
 
     def raise_alert(self, kind: str, severity: str, summary: str, *, job_id: str | None = None,
-                    attempt: int | None = None, details: dict[str, Any] | None = None,
-                    state: str = "firing") -> dict | None:
-        """Publish and log one alert; returns it, or None when suppressed by the cooldown."""
+                    attempt: int | None = None, details: dict[str, Any] | None = None) -> dict | None:
+        """Publish and log one firing alert; returns it, or None when the cooldown suppressed it."""
         now = self._clock()
         key = (job_id, kind)
         with self._lock:
-            if state == "firing":
-                last = self._last.get(key)
-                if last is not None and now - last < self._cooldown:
-                    return None
-                self._last[key] = now
-            else:
-                self._last.pop(key, None)
+            last = self._last_fired.get(key)
+            if last is not None and now - last < self._cooldown:
+                log.info("alert suppressed by cooldown", job_id=job_id, attempt=attempt,
+                         alert_kind=kind, cooldown_seconds=self._cooldown)
+                return None
+            self._last_fired[key] = now
+            self._firing[key] = _Firing(severity, attempt)
+        return self._emit(kind, severity, summary, job_id, attempt, details, FIRING, now)
+
+    def resolve(self, kind: str, job_id: str | None, summary: str, *, attempt: int | None = None,
+                details: dict[str, Any] | None = None) -> dict | None:
+        """Announce that a condition has cleared; returns the alert, or None if it was not firing."""
+        now = self._clock()
+        with self._lock:
+            fired = self._firing.pop((job_id, kind), None)
+        if fired is None:
+            return None
+        return self._emit(kind, fired.severity, summary, job_id,
+                          attempt if attempt is not None else fired.attempt, details, RESOLVED, now)
+
+    def is_firing(self, kind: str, job_id: str | None = None) -> bool:
+        with self._lock:
+            return (job_id, kind) in self._firing
+
+    def _emit(self, kind: str, severity: str, summary: str, job_id: str | None,
+              attempt: int | None, details: dict[str, Any] | None, state: str, now: float) -> dict:
         alert = {
             "kind": kind, "severity": severity, "jobId": job_id, "attempt": attempt,
-            "summary": summary, "details": details or {}, "state": state,
-            "time": datetime.fromtimestamp(now, timezone.utc).isoformat().replace("+00:00", "Z"),
+            "summary": summary, "details": details or {}, "time": rfc3339(now), "state": state,
         }
-        logger = log.bind(job_id=job_id, attempt=attempt, alert_kind=kind, alert_state=state)
-        (logger.error if severity == "ERROR" else logger.warning)(summary, alert=alert)
+        # One structured line; log-based alert policies match jsonPayload.alert_kind and
+        # alert_state="firing" (resolved lines are INFO so they never page).
+        logger = log.bind(job_id=job_id, attempt=attempt, alert_kind=kind, alert_state=state,
+                          alert_severity=severity)
+        if state == RESOLVED:
+            logger.info(summary, alert=alert)
+        else:
+            (logger.error if severity == "ERROR" else logger.warning)(summary, alert=alert)
         if self._publisher is not None and self._topic:
             try:
                 self._publisher.publish(self._topic, json.dumps(alert).encode(), kind=kind,
-                                        severity=severity, jobId=job_id or "")
+                                        severity=severity, jobId=job_id or "", state=state)
             except Exception as error:  # an alert path failure must never stop the controller
                 log.error("alert publish failed", error=str(error), alert_kind=kind)
-        self._on_alert(alert)
+        try:
+            self._on_alert(alert)
+        except Exception as error:
+            log.error("alert hook failed", error=str(error), alert_kind=kind)
         return alert
+
+
+class ReconcileHealth:
+    """Raises `controller_degraded` after N reconcile passes in a row hit Vertex or GCS errors,
+    and resolves it with the next clean pass. One bad pass is noise (a retry outlasted); a streak
+    means the controller cannot see or steer its jobs."""
+
+    KIND = "controller_degraded"
+
+    def __init__(self, sink: AlertSink, threshold: int):
+        self._sink = sink
+        self._threshold = max(1, threshold)
+        self._streak = 0
+        self._lock = threading.Lock()
+
+    def pass_failed(self, errors: list[str]) -> None:
+        with self._lock:
+            self._streak += 1
+            streak = self._streak
+        if streak >= self._threshold:
+            self._sink.raise_alert(
+                self.KIND, "ERROR",
+                f"{streak} reconcile passes in a row failed: {errors[0] if errors else 'unknown error'}",
+                details={"failedPasses": streak, "errors": errors[:5]})
+
+    def pass_succeeded(self) -> None:
+        with self._lock:
+            streak, self._streak = self._streak, 0
+        self._sink.resolve(self.KIND, None, "reconcile passes succeed again",
+                           details={"failedPassesBefore": streak})
