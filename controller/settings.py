@@ -55,6 +55,15 @@ class Settings(BaseSettings):
     preemption_storm_count: int = Field(5, ge=1, description="Preemptions within the window that raise an alert.")
     preemption_storm_window_seconds: float = Field(3600.0, gt=0, description="Window of the preemption-storm alert.")
 
+    # Alerts.
+    alert_cooldown_seconds: float = Field(
+        900.0, ge=0, description="A (job, kind) alert fires at most once per this many seconds.")
+    degraded_after_failed_passes: int = Field(
+        3, ge=1, description="Raise controller_degraded after this many reconcile passes in a row fail.")
+    webhook_timeout_seconds: float = Field(10.0, gt=0, description="Deadline of each webhook POST.")
+    webhook_queue_size: int = Field(
+        100, ge=1, description="Alerts waiting for the webhook; beyond it new ones are dropped and counted.")
+
     # Quotas (Vertex defaults per project and region).
     creates_per_minute: int = Field(60, ge=1, description="CustomJob creations allowed per minute.")
     reads_per_minute: int = Field(600, ge=1, description="Get/List/Cancel calls allowed per minute.")
