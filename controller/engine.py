@@ -26,7 +26,7 @@ from google.api_core import exceptions as gexc
 from google.cloud import aiplatform_v1
 
 from controller import logs
-from controller.alerts import AlertSink
+from controller.alerts import AlertSink, ReconcileHealth
 from controller.core import events as ev
 from controller.core.actions import (
     Action,
@@ -98,6 +98,7 @@ class Engine:
             preemption_storm_window_seconds=settings.preemption_storm_window_seconds,
         )
         self.timers = TimerQueue(clock)
+        self.health = ReconcileHealth(self.alerts, settings.degraded_after_failed_passes)
         self._locks: dict[str, threading.RLock] = {}
         self._locks_guard = threading.Lock()
         self._requests: dict[str, JobRequest] = {}
@@ -209,15 +210,24 @@ class Engine:
                 self.apply(job_id, event)
 
     def reconcile(self) -> None:
-        """Level-triggered pass: list our Vertex jobs, feed what is seen, tick every live job."""
+        """Level-triggered pass: list our Vertex jobs, feed what is seen, tick every live job.
+
+        A pass that hit errors counts toward `controller_degraded`; a clean one resolves it."""
         if not self.is_leader():
             return
+        errors: list[str] = []
         seen: set[str] = set()
-        for job in self.vertex.list_managed():
+        try:
+            listed = list(self.vertex.list_managed())
+        except Exception as error:
+            self.health.pass_failed([f"listing Vertex jobs: {error}"])
+            raise
+        for job in listed:
             seen.add(job.name)
             try:
                 self.observe(job)
-            except Exception:
+            except Exception as error:
+                errors.append(f"{job.name}: {error}")
                 log.exception("reconcile: observing a job failed", vertex_job=job.name)
         live = self.live_states()
         for state in sorted(live, key=lambda s: (s.current.intent_at if s.current else s.created_at)):
@@ -233,9 +243,14 @@ class Engine:
                 elif current and not current.ended and current.vertex_name:
                     self._probe_progress(state)
                 self.apply(state.job_id, ev.TimerFired())
-            except Exception:
+            except Exception as error:
+                errors.append(f"{state.job_id}: {error}")
                 log.exception("reconcile: job failed to converge", job_id=state.job_id)
         self._export_job_states()
+        if errors:
+            self.health.pass_failed(errors)
+        else:
+            self.health.pass_succeeded()
 
     def _probe_progress(self, state: JobState) -> None:
         request = self._request(state.job_id)
@@ -288,6 +303,7 @@ class Engine:
             except VersionConflict:
                 continue  # someone else wrote in between: decide again on the fresh state
             self._after_transition(state, decision.state, now)
+            self._resolve_alerts(state, decision.state)
             return decision.state, decision.actions
         raise RuntimeError(f"{job_id}: state kept changing under us; giving up this event")
 
@@ -397,6 +413,21 @@ class Engine:
             ending = new.current.ending.value
             if ending not in ("succeeded", "preempted", "cancelled"):
                 self.metrics.failed(ending)
+
+    def _resolve_alerts(self, old: JobState, new: JobState) -> None:
+        """capacity_wait clears once an attempt runs, or when the job ends (nothing waits any
+        more); the sink only publishes it if that alert had fired."""
+        current = new.current
+        if current is None:
+            return
+        started = current.started_at is not None and not (
+            old.current is not None and old.current.number == current.number and old.current.started_at)
+        ended = new.phase.terminal and not old.phase.terminal
+        if started or ended:
+            what = f"attempt {current.number} is running" if started else f"job {new.phase.value}"
+            self.alerts.resolve("capacity_wait", new.job_id,
+                                f"job {new.job_id} no longer waits for capacity: {what}",
+                                attempt=current.number)
 
     def _export_job_states(self) -> None:
         if self.metrics is None:
