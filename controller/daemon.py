@@ -27,6 +27,7 @@ from controller.metrics import Metrics
 from controller.pubsub_io import TopicPublisher, ensure_topology, vertex_job_id_from_log_entry
 from controller.settings import Settings
 from controller.store.factory import open_store
+from controller.webhook import WebhookSink
 from controller.vertex import VertexBackend
 
 log = logs.get("relaunch.daemon")
@@ -43,8 +44,12 @@ class Controller:
         if settings.create_subscriptions:
             ensure_topology(settings, self.publisher_client, self.subscriber)
         self.publisher = TopicPublisher(self.publisher_client, timeout=settings.rpc_timeout_seconds)
+        self.webhook = (WebhookSink(settings.webhook_url, timeout_seconds=settings.webhook_timeout_seconds,
+                                    queue_size=settings.webhook_queue_size)
+                        if settings.webhook_url else None)
         self.alerts = AlertSink(self.publisher, settings.topic_path(settings.alerts_topic),
-                                clock=clock)
+                                cooldown_seconds=settings.alert_cooldown_seconds, clock=clock,
+                                on_alert=self.webhook.send if self.webhook else None)
         self.store = open_store(settings.state_store)
         self.lease = self._make_lease()
         self.vertex = VertexBackend(settings, on_api_error=self.metrics.api_error)
@@ -231,6 +236,8 @@ class Controller:
         self._leading = False
         if self.http is not None:
             self.http.stop()
+        if self.webhook is not None:
+            self.webhook.close()
         log.info("controller stopped")
 
 
