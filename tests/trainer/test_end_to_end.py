@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from conftest import TINY
+from tests.trainer.harness import TINY
 from trainer import layout, storage
 
 pytestmark = pytest.mark.slow

@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from conftest import TINY
+from tests.trainer.harness import TINY
 from trainer import layout, storage
 
 pytestmark = pytest.mark.slow
@@ -56,7 +56,7 @@ def test_bad_factory_is_a_config_error_before_any_worker_starts(start_gang, tmp_
 
 def test_exception_in_training_loop_exits_70_with_runtime_error_record(start_gang, tmp_path):
     root = f"file://{tmp_path}/ckpt"
-    gang = start_gang(["--steps", "5", "--model", "faulty:build_failing_model", *TINY], nproc=1, checkpoint_uri=root)
+    gang = start_gang(["--steps", "5", "--model", "tests.trainer.faulty:build_failing_model", *TINY], nproc=1, checkpoint_uri=root)
     assert gang.wait() == [layout.EXIT_RUNTIME], gang.chief.output()
     record = storage.read_exit_record(root, 1)
     assert (record.reason, record.exit_code) == ("runtime_error", 70)
