@@ -323,9 +323,9 @@ class BackoffModel(_Strict):
     """Delay between attempts: initialSeconds * multiplier^(k-1), capped at maxSeconds, with
     +/- jitter (a fraction)."""
 
-    initial_seconds: float = Field(30.0, gt=0, description="Delay before the first retry.")
+    initial_seconds: float = Field(30.0, ge=0, description="Delay before the first retry (0 = resubmit at once).")
     multiplier: float = Field(2.0, ge=1, description="Growth factor per retry (>= 1).")
-    max_seconds: float = Field(1800.0, gt=0, description="Upper bound of any delay (>= initialSeconds).")
+    max_seconds: float = Field(1800.0, ge=0, description="Upper bound of any delay (>= initialSeconds).")
     jitter: float = Field(0.2, ge=0, lt=1, description="Random spread as a fraction, 0 <= jitter < 1.")
 
     @field_validator("max_seconds")

@@ -290,7 +290,7 @@ def test_relative_local_checkpoint_path_is_rejected():
     ({"maxPreemptions": -1}, "restartPolicy.maxPreemptions"),
     ({"crashLoopAttempts": 0}, "restartPolicy.crashLoopAttempts"),
     ({"onDemandAfterPreemptions": 0}, "restartPolicy.onDemandAfterPreemptions"),
-    ({"backoff": {"initialSeconds": 0}}, "restartPolicy.backoff.initialSeconds"),
+    ({"backoff": {"initialSeconds": -1}}, "restartPolicy.backoff.initialSeconds"),
     ({"backoff": {"multiplier": 0.5}}, "restartPolicy.backoff.multiplier"),
     ({"backoff": {"jitter": 1}}, "restartPolicy.backoff.jitter"),
     ({"backoff": {"jitter": -0.1}}, "restartPolicy.backoff.jitter"),
