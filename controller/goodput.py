@@ -10,8 +10,10 @@ steps (`resumeFromStep`, `checkpointStepAtEnd`):
   last update, once the job is terminal), or to `now` while it is still live.
 - running time of an attempt: `startedAt` to `endedAt` (or `now` while it runs). An attempt
   that never started (a stockout) has none.
-- steps an attempt advanced: `checkpointStepAtEnd - resumeFromStep` (a missing step counts as
-  0): only committed steps survive an attempt.
+- steps an attempt advanced: `checkpointStepAtEnd` minus the furthest committed step known
+  before it (its `resumeFromStep`, or an earlier attempt's `checkpointStepAtEnd` if higher; a
+  missing step counts as 0). Only committed steps survive an attempt, and steps done a second
+  time are not progress.
 - step rate: each attempt's apparent rate is advanced / running time. It counts any lost time
   as if it were training, so it can only underestimate; the job's rate is the highest apparent
   rate among its attempts (the one that wasted least).
@@ -105,10 +107,16 @@ def _running(attempt: dict, now: float) -> float:
     return max(0.0, _first(attempt.get("endedAt"), now) - started)
 
 
-def _advanced(attempt: dict) -> int:
-    start = attempt.get("resumeFromStep") or 0
-    end = attempt.get("checkpointStepAtEnd")
-    return max(0, (end if end is not None else start) - start)
+def _advanced(attempts: list[dict]) -> list[int]:
+    """New committed steps of each attempt, in order."""
+    out, best = [], 0
+    for attempt in attempts:
+        start = max(best, attempt.get("resumeFromStep") or 0)
+        end = attempt.get("checkpointStepAtEnd")
+        end = start if end is None else end
+        out.append(max(0, end - start))
+        best = max(best, end)
+    return out
 
 
 def _waiting(attempt: dict, now: float) -> float:
@@ -124,8 +132,8 @@ def _first(*values: float | None) -> float:
 
 
 def step_rate(attempts: list[dict], now: float) -> float | None:
-    rates = [_advanced(a) / _running(a, now) for a in attempts
-             if _running(a, now) > 0 and _advanced(a) > 0]
+    rates = [steps / _running(a, now) for a, steps in zip(attempts, _advanced(attempts))
+             if _running(a, now) > 0 and steps > 0]
     return max(rates) if rates else None
 
 
@@ -134,7 +142,7 @@ def compute(document: dict, now: float) -> Goodput:
     attempts = view["attempts"]
     rate = step_rate(attempts, now)
     rows = []
-    for attempt in attempts:
+    for attempt, advanced in zip(attempts, _advanced(attempts)):
         running = _running(attempt, now)
         ending = attempt.get("ending")
         if ending is None or ending == "succeeded":
@@ -142,7 +150,7 @@ def compute(document: dict, now: float) -> Goodput:
         elif rate is None:
             productive = 0.0
         else:
-            productive = min(running, _advanced(attempt) / rate)
+            productive = min(running, advanced / rate)
         rows.append(AttemptTime(attempt["number"], running, productive, running - productive,
                                 _waiting(attempt, now)))
     total = max(0.0, job_end(view, now) - view["createdAt"])

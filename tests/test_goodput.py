@@ -104,6 +104,22 @@ def test_a_job_with_no_attempts_yet_is_all_waiting():
     assert compute(stored(Phase.ACCEPTED, created=5), now=5).ratio is None
 
 
+def test_steps_committed_again_after_a_restart_from_scratch_are_not_progress():
+    document = stored(
+        Phase.SUCCEEDED,
+        attempt(1, requested=0, submitted=0, started=0, ended=100, ending=Ending.PREEMPTED,
+                step_at_end=100),
+        # Started from scratch (its resume location was unusable): steps 0-100 were redone.
+        attempt(2, requested=100, submitted=100, started=100, ended=150, ending=Ending.PREEMPTED,
+                step_at_end=100),
+        attempt(3, requested=150, submitted=150, started=150, ended=250, ending=Ending.SUCCEEDED,
+                resume=100, step_at_end=200),
+    )
+    result = compute(document, now=0)
+    assert result.step_rate == 1.0
+    assert [(a.productive, a.lost) for a in result.attempts] == [(100, 0), (0, 50), (100, 0)]
+
+
 @pytest.mark.parametrize("seconds, text", [(0, "0s"), (59.4, "59s"), (185, "3m05s"),
                                            (7620, "2h07m"), (273_600, "3d04h")])
 def test_durations_read_like_a_person_would_write_them(seconds, text):
