@@ -21,6 +21,21 @@ def vertex_jobs_for(stack, job_id, attempt=None):
 
 
 @pytest.fixture
+def controllers():
+    """Start controller processes through this, so none outlives its test, even a failed one."""
+    started = []
+
+    def start(*args, **kwargs) -> ControllerProcess:
+        process = ControllerProcess(*args, **kwargs)
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        process.stop()
+
+
+@pytest.fixture
 def settings(tmp_path):
     # A unique set of topics per test, so one test's leftovers never reach another's controller.
     tag = uuid.uuid4().hex[:6]
@@ -37,10 +52,10 @@ def settings(tmp_path):
 
 
 @pytest.mark.parametrize("crash_point", ["after-intent", "after-create"])
-def test_a_controller_killed_mid_submission_leaves_exactly_one_vertex_job(stack, bucket, tmp_path,
-                                                                          settings, crash_point):
+def test_a_controller_killed_mid_submission_leaves_exactly_one_vertex_job(stack, bucket, tmp_path, settings,
+                                                                          controllers, crash_point):
     job_id = f"crash-{crash_point}"
-    doomed = ControllerProcess(stack.env, tmp_path / "first.log", **settings,
+    doomed = controllers(stack.env, tmp_path / "first.log", **settings,
                                RELAUNCH_FAULT_CRASH_POINT=crash_point)
     doomed.wait_ready("leader")
     publish(request(job_id, bucket, args=["--steps", "3"]), settings["RELAUNCH_REQUESTS_TOPIC"])
@@ -50,41 +65,35 @@ def test_a_controller_killed_mid_submission_leaves_exactly_one_vertex_job(stack,
     expected_before_restart = 0 if crash_point == "after-intent" else 1
     assert len(vertex_jobs_for(stack, job_id)) == expected_before_restart
 
-    survivor = ControllerProcess(stack.env, tmp_path / "second.log", **settings)
-    try:
-        survivor.wait_ready("leader")
-        doc = wait_for(lambda: (d := survivor.job(job_id)) and d["phase"] == "succeeded" and d,
-                       what="job succeeded after restart")
-        assert doc["attempt"] == 1
-        assert len(vertex_jobs_for(stack, job_id, attempt=1)) == 1
-    finally:
-        survivor.stop()
+    survivor = controllers(stack.env, tmp_path / "second.log", **settings)
+    survivor.wait_ready("leader")
+    doc = wait_for(lambda: (d := survivor.job(job_id)) and d["phase"] == "succeeded" and d,
+                   what="job succeeded after restart")
+    assert doc["attempt"] == 1
+    assert len(vertex_jobs_for(stack, job_id, attempt=1)) == 1
 
 
-def test_only_the_lease_holder_acts_and_the_standby_takes_over(stack, bucket, tmp_path, settings):
+def test_only_the_lease_holder_acts_and_the_standby_takes_over(stack, bucket, tmp_path, settings, controllers):
     settings = {**settings, "RELAUNCH_STATE_STORE": f"gs://{bucket}/controller-state",
                 "RELAUNCH_LEASE_SECONDS": "3", "RELAUNCH_LEASE_RENEW_SECONDS": "0.5"}
-    leader = ControllerProcess(stack.env, tmp_path / "a.log", **settings, RELAUNCH_CONTROLLER_ID="ctl-a")
+    leader = controllers(stack.env, tmp_path / "a.log", **settings, RELAUNCH_CONTROLLER_ID="ctl-a")
     leader.wait_ready("leader")
-    standby = ControllerProcess(stack.env, tmp_path / "b.log", **settings, RELAUNCH_CONTROLLER_ID="ctl-b")
-    try:
-        assert "standby" in standby.wait_ready("standby")
-        publish(request("lease-1", bucket, args=["--steps", "600", "--step-seconds", "0.05"]),
-                settings["RELAUNCH_REQUESTS_TOPIC"])
-        wait_for(lambda: vertex_jobs_for(stack, "lease-1"), what="attempt 1 submitted")
-        assert "attempt submitted" in leader.logs() and "attempt submitted" not in standby.logs()
+    standby = controllers(stack.env, tmp_path / "b.log", **settings, RELAUNCH_CONTROLLER_ID="ctl-b")
+    assert "standby" in standby.wait_ready("standby")
+    publish(request("lease-1", bucket, args=["--steps", "600", "--step-seconds", "0.05"]),
+            settings["RELAUNCH_REQUESTS_TOPIC"])
+    wait_for(lambda: vertex_jobs_for(stack, "lease-1"), what="attempt 1 submitted")
+    assert "attempt submitted" in leader.logs() and "attempt submitted" not in standby.logs()
 
-        leader.kill()
-        killed_at = time.monotonic()
-        standby.wait_ready("leader", timeout=30)
-        took_over_after = time.monotonic() - killed_at
-        assert took_over_after < 3 + 1 + 2  # lease expiry + one reconcile period + slack
+    leader.kill()
+    killed_at = time.monotonic()
+    standby.wait_ready("leader", timeout=30)
+    took_over_after = time.monotonic() - killed_at
+    assert took_over_after < 3 + 1 + 2  # lease expiry + one reconcile period + slack
 
-        # The new leader now owns the job: cancel it through Pub/Sub and watch it obey.
-        publish(b'{"jobId": "lease-1", "action": "cancel"}', settings["RELAUNCH_REQUESTS_TOPIC"])
-        doc = wait_for(lambda: (d := standby.job("lease-1")) and d["phase"] == "cancelled" and d,
-                       what="cancelled by the new leader")
-        assert len(vertex_jobs_for(stack, "lease-1")) == 1
-    finally:
-        leader.stop()
-        standby.stop()
+    # The new leader now owns the job: cancel it through Pub/Sub and watch it obey.
+    publish(b'{"jobId": "lease-1", "action": "cancel"}', settings["RELAUNCH_REQUESTS_TOPIC"])
+    doc = wait_for(lambda: (d := standby.job("lease-1")) and d["phase"] == "cancelled" and d,
+                   what="cancelled by the new leader")
+    assert len(vertex_jobs_for(stack, "lease-1")) == 1
+
