@@ -11,6 +11,7 @@ from google.api_core import exceptions as gexc
 from google.cloud import pubsub_v1
 from google.pubsub_v1.types import DeadLetterPolicy, RetryPolicy
 from google.protobuf import duration_pb2
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
 
 from controller import logs
 from controller.settings import Settings
@@ -18,16 +19,29 @@ from controller.settings import Settings
 log = logs.get("relaunch.pubsub")
 
 
-class TopicPublisher:
-    """Publishes and waits for the server's acknowledgement (with a deadline)."""
+_TRANSIENT = (gexc.ServiceUnavailable, gexc.DeadlineExceeded, gexc.InternalServerError,
+              gexc.ResourceExhausted, gexc.Aborted, TimeoutError)
 
-    def __init__(self, client: pubsub_v1.PublisherClient | None = None, timeout: float = 30.0):
+
+class TopicPublisher:
+    """Publishes and waits for the server's acknowledgement, with a deadline per try and a few
+    tries for transient errors (the message is the same each time, so a retry is harmless to
+    consumers that deduplicate, as the controller does)."""
+
+    def __init__(self, client: pubsub_v1.PublisherClient | None = None, timeout: float = 30.0,
+                 attempts: int = 3):
         self.client = client or pubsub_v1.PublisherClient()
         self.timeout = timeout
+        self._retrying = Retrying(retry=retry_if_exception_type(_TRANSIENT),
+                                  stop=stop_after_attempt(attempts),
+                                  wait=wait_exponential_jitter(initial=0.5, max=5), reraise=True)
 
     def publish(self, topic: str, data: bytes, **attributes: str) -> str:
-        future = self.client.publish(topic, data, **{k: str(v) for k, v in attributes.items()})
-        return future.result(timeout=self.timeout)
+        attrs = {k: str(v) for k, v in attributes.items()}
+        for attempt in self._retrying.copy():
+            with attempt:
+                return self.client.publish(topic, data, **attrs).result(timeout=self.timeout)
+        raise AssertionError("unreachable")  # pragma: no cover
 
 
 def ensure_topology(settings: Settings, publisher: pubsub_v1.PublisherClient,
