@@ -45,7 +45,7 @@ def draw(view: dict, timeline: list[dict], result: Goodput, path: str, now: floa
 
     attempts = view["attempts"]
     lost_by_number = {row.number: row.lost for row in result.attempts}
-    fig, ax = plt.subplots(figsize=(11, 1.6 + 0.55 * max(1, len(attempts))), dpi=110)
+    fig, ax = plt.subplots(figsize=(11, 2.2 + 0.55 * max(1, len(attempts))), dpi=110)
     used_endings: list[str] = []
     for attempt in attempts:
         y = attempt["number"]
@@ -98,8 +98,8 @@ def draw(view: dict, timeline: list[dict], result: Goodput, path: str, now: floa
     if marks:
         handles.append(Line2D([], [], marker="v", color="black", linestyle="none",
                               label="checkpoint committed"))
-    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.35 if len(attempts) < 3 else -0.2),
-              ncol=min(len(handles), 4), frameon=False, fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, format="png")
+    # Beside the bars, so it never covers one whatever the number of attempts.
+    ax.legend(handles=handles, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False,
+              fontsize=8)
+    fig.savefig(path, format="png", bbox_inches="tight")
     plt.close(fig)
