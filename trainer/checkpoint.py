@@ -76,13 +76,13 @@ class Checkpointer:
         """Start a save of this step; with blocking=True, finish it and return the outcome."""
         if self.store is None:
             return None
+        started = time.monotonic()  # the loop's stall counts the wait for the previous save too
         self.wait()
         if step in self._already_committed or step == self.last_committed_step:
             # This step is already committed (we resumed from it, or an earlier run got further);
             # overwriting its shards would break its checksums, and it holds the same state.
             self.last_committed_step = step
             return SaveResult(step, True, 0, 0.0, 0.0, 0.0)
-        started = time.monotonic()
         staging = os.path.join(self.staging_root, layout.step_dir_name(step))
         shutil.rmtree(staging, ignore_errors=True)
         os.makedirs(staging)
@@ -90,7 +90,7 @@ class Checkpointer:
         objects[rank_state_name(self.rank)] = trainer_state
         blocking_seconds = time.monotonic() - started
         if blocking:
-            return self._complete(step, staging, objects, started, blocking_seconds)
+            return self._complete(step, staging, objects, started, None)
         self._thread = threading.Thread(
             target=self._run_in_background,
             args=(step, staging, objects, started, blocking_seconds),
@@ -118,7 +118,7 @@ class Checkpointer:
         except BaseException as exc:  # noqa: BLE001 - handed to the main thread by wait()
             self._error = exc
 
-    def _complete(self, step, staging, objects: dict[str, Any], started, blocking_seconds) -> SaveResult:
+    def _complete(self, step, staging, objects: dict[str, Any], started, blocking_seconds: float | None) -> SaveResult:
         upload_started = time.monotonic()
         files: list[layout.FileEntry] = []
         ok = True
@@ -138,6 +138,8 @@ class Checkpointer:
         committed = self._agree(committed, src_only=True)
         upload_seconds = time.monotonic() - upload_started
         total_seconds = time.monotonic() - started
+        if blocking_seconds is None:  # a synchronous save stalls the loop for all of it
+            blocking_seconds = total_seconds
         shutil.rmtree(staging, ignore_errors=True)
         size = sum(f.size for f in all_files)
         if committed:

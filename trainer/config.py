@@ -33,6 +33,7 @@ class TrainConfig:
     rendezvous_timeout: int
     checkpoint_uri: str | None
     resume_from: str | None
+    synchronous_checkpoints: bool = False
 
 
 class _Parser(argparse.ArgumentParser):
@@ -79,6 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rendezvous-timeout", type=_positive_int, default=300)
     p.add_argument("--checkpoint-uri", default=None, help="default: $RELAUNCH_CHECKPOINT_URI")
     p.add_argument("--resume-from", default=None, help="default: $RELAUNCH_RESUME_FROM")
+    p.add_argument("--synchronous-checkpoints", action="store_true",
+                   help="upload in the training loop instead of a background thread (benchmarks, debugging)")
     return p
 
 
@@ -117,6 +120,7 @@ def parse_config(argv: list[str], env: dict[str, str] | None = None) -> TrainCon
         rendezvous_timeout=args.rendezvous_timeout,
         checkpoint_uri=args.checkpoint_uri or env.get("RELAUNCH_CHECKPOINT_URI") or None,
         resume_from=args.resume_from or env.get("RELAUNCH_RESUME_FROM") or None,
+        synchronous_checkpoints=args.synchronous_checkpoints,
     )
 
 

@@ -83,7 +83,7 @@ def train(cfg: TrainConfig, identity: JobIdentity, device: torch.device, flag: P
 
         step_due = cfg.checkpoint_every_steps > 0 and step % cfg.checkpoint_every_steps == 0
         if (step_due or signals.checkpoint_due) and step < cfg.steps:
-            checkpointer.save(step, engine, trainer_state(), blocking=False)
+            checkpointer.save(step, engine, trainer_state(), blocking=cfg.synchronous_checkpoints)
             last_checkpoint_time = time.monotonic()
         progress.last_committed_step = checkpointer.last_committed_step
 
