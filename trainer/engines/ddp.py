@@ -30,7 +30,7 @@ class DdpEngine:
             (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if on_gpu else contextlib.nullcontext
         )
 
-    def _settle_buckets(self, inputs, targets) -> None:
+    def _settle_buckets(self, batch: tuple) -> None:
         """One throw-away forward/backward before the first real step.
 
         DDP regroups its gradient buckets after the first backward, and gloo's ring all-reduce
@@ -40,21 +40,21 @@ class DdpEngine:
         """
         devices = [self.device] if self.device.type == "cuda" else []
         with torch.random.fork_rng(devices=devices), self.autocast():
-            self.ddp(inputs, targets).backward()
+            self.ddp(*batch).backward()
         self.optimizer.zero_grad(set_to_none=True)
         self._settled = True
 
     def train_step(self, micro_batches: list[tuple]) -> torch.Tensor:
         if not self._settled:
-            self._settle_buckets(*micro_batches[0])
+            self._settle_buckets(micro_batches[0])
         total = torch.zeros((), device=self.device)
-        for index, (inputs, targets) in enumerate(micro_batches):
+        for index, batch in enumerate(micro_batches):
             is_last = index == len(micro_batches) - 1
             # Gradients are all-reduced only on the last micro-batch of the step.
             sync = contextlib.nullcontext() if is_last else self.ddp.no_sync()
             with sync:
                 with self.autocast():
-                    loss = self.ddp(inputs, targets) / len(micro_batches)
+                    loss = self.ddp(*batch) / len(micro_batches)
                 loss.backward()
             total += loss.detach()
         self.optimizer.step()

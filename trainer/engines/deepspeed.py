@@ -62,8 +62,8 @@ class DeepSpeedEngine:
                 f"--grad-accum {len(micro_batches)} disagrees with DeepSpeed's gradient_accumulation_steps {self.micro_steps}"
             )
         total = torch.zeros((), device=self.device)
-        for inputs, targets in micro_batches:
-            loss = self.engine(inputs, targets)
+        for batch in micro_batches:
+            loss = self.engine(*batch)
             self.engine.backward(loss)  # scales by 1/gradient_accumulation_steps itself
             self.engine.step()  # steps the optimizer only at the accumulation boundary
             total += loss.detach().float() / len(micro_batches)
