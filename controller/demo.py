@@ -228,6 +228,7 @@ def run(options: DemoOptions) -> int:
     say = narrator.say
     started = time.monotonic()
     demo = Demo(options, narrator)
+    saved_env = dict(os.environ)  # the demo points this process's clients at its devstack
     try:
         demo.start()
         main = _load_request(options, "demo-gpt", "gs://relaunch-demo/checkpoints/demo-gpt")
@@ -264,3 +265,5 @@ def run(options: DemoOptions) -> int:
     finally:
         say("cleaning up (controller, devstack, replica processes)")
         demo.stop()
+        os.environ.clear()
+        os.environ.update(saved_env)
