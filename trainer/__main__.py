@@ -6,9 +6,7 @@ import sys
 def main(argv: list[str] | None = None) -> int:
     from trainer import launch
 
-    args = sys.argv[1:] if argv is None else list(argv)
-    launch._WORKER_ARGV[:] = args
-    return launch.run_launcher(args)
+    return launch.run_launcher(sys.argv[1:] if argv is None else list(argv))
 
 
 if __name__ == "__main__":

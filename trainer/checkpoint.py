@@ -167,6 +167,12 @@ class Checkpointer:
         return entries
 
     def _commit(self, step: int, files: list[layout.FileEntry]) -> bool:
+        paths = [f.path for f in files]
+        if len(paths) != len(set(paths)):
+            # Two ranks wrote the same name: one overwrote the other, so the manifest cannot hold.
+            self.log.error("two ranks uploaded the same checkpoint file; not committing", step=step,
+                           duplicates=sorted({p for p in paths if paths.count(p) > 1}))
+            return False
         fault_hooks.pause_before_commit(step, self.log)
         marker = layout.CommitMarker(
             step=step, world_size=self.world_size, engine=self.engine_name,

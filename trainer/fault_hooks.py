@@ -19,8 +19,9 @@ def _step_from_env(name: str) -> int | None:
     return int(value) if value else None
 
 
-def hold_until_preempted(step: int, flag, log) -> None:
-    if _step_from_env(HOLD_AT_STEP) != step:
+def hold_until_preempted(step: int, rank: int, flag, log) -> None:
+    # Only rank 0 waits; the others wait for it in the next collective, as they would for a slow step.
+    if rank != 0 or _step_from_env(HOLD_AT_STEP) != step:
         return
     log.info("test hook: holding for SIGTERM", step=step)
     deadline = time.monotonic() + HOOK_DEADLINE_SECONDS

@@ -60,7 +60,7 @@ def run_launcher(argv: list[str]) -> int:
     nproc = cfg.nproc_per_node or default_nproc()
     status_dir = tempfile.mkdtemp(prefix="relaunch-node-")
     try:
-        code, record_written = launch_workers(cfg, topology, nproc, status_dir, log)
+        code, record_written = launch_workers(argv, cfg, topology, nproc, status_dir, log)
     finally:
         outcomes = NodeStatus(status_dir).outcomes(nproc)
         shutil.rmtree(status_dir, ignore_errors=True)
@@ -79,7 +79,9 @@ def check_factories(cfg: TrainConfig) -> None:
     load_factory(cfg.data, "--data")
 
 
-def launch_workers(cfg: TrainConfig, topology: NodeTopology, nproc: int, status_dir: str, log) -> tuple[int, bool]:
+def launch_workers(argv: list[str], cfg: TrainConfig, topology: NodeTopology, nproc: int, status_dir: str,
+                   log) -> tuple[int, bool]:
+    """Run this node's workers (each gets the launcher's own command line) until they are done."""
     import torch
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
@@ -109,7 +111,7 @@ def launch_workers(cfg: TrainConfig, topology: NodeTopology, nproc: int, status_
     signalled = False
     started = time.monotonic()
     try:
-        elastic_launch(config, sys.executable)("-m", "trainer.worker", *sys_argv_for_workers(cfg))
+        elastic_launch(config, sys.executable)("-m", "trainer.worker", *argv)
     except SignalException as exc:
         signalled = True
         log.warning("launcher got a termination signal; workers were told to stop", signal=str(exc.sigval))
@@ -128,14 +130,6 @@ def launch_workers(cfg: TrainConfig, topology: NodeTopology, nproc: int, status_
     outcomes = status.outcomes(nproc)
     record_written = any(o is not None and o.exit_record_written for o in outcomes)
     return combine_exit_codes(outcomes, signalled), record_written
-
-
-_WORKER_ARGV: list[str] = []
-
-
-def sys_argv_for_workers(cfg: TrainConfig) -> list[str]:
-    """Workers get the launcher's own command line (set by __main__)."""
-    return list(_WORKER_ARGV)
 
 
 def write_fallback_exit_record(cfg: TrainConfig, identity: JobIdentity, code: int, log) -> None:

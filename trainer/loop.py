@@ -74,7 +74,7 @@ def train(cfg: TrainConfig, identity: JobIdentity, device: torch.device, flag: P
                      step_seconds=round(elapsed / window_steps, 5))
             window_start, window_steps = time.monotonic(), 0
 
-        fault_hooks.hold_until_preempted(step, flag, log)
+        fault_hooks.hold_until_preempted(step, rank, flag, log)
         time_due = (cfg.checkpoint_every_seconds > 0 and rank == 0
                     and time.monotonic() - last_checkpoint_time >= cfg.checkpoint_every_seconds)
         signals = exchange_step_signals(flag.requested, time_due, device)
