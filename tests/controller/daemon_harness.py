@@ -46,15 +46,16 @@ class ControllerProcess:
         return status == 200, body
 
     def wait_ready(self, want: str | None = None, timeout: float = 60.0) -> str:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def ready_as_wanted() -> str | None:
             if self.proc.poll() is not None:
                 raise AssertionError(f"controller exited with {self.proc.returncode}:\n{self.logs()[-3000:]}")
             ok, body = self.ready()
-            if ok and (want is None or want in body):
-                return body
-            time.sleep(0.1)  # polling an HTTP endpoint: there is nothing to block on
-        raise AssertionError(f"controller not ready ({want}) in {timeout}s:\n{self.logs()[-3000:]}")
+            return body if ok and (want is None or want in body) else None
+
+        try:
+            return wait_for(ready_as_wanted, timeout, what=f"controller ready ({want})")
+        except TimeoutError as error:
+            raise AssertionError(f"{error}:\n{self.logs()[-3000:]}") from None
 
     def job(self, job_id: str) -> dict | None:
         status, body = self.get(f"/v1/jobs/{job_id}")
@@ -86,4 +87,4 @@ def wait_for(check, timeout: float = 60.0, what: str = "condition"):
         if value:
             return value
         time.sleep(0.1)  # polling another process's state over HTTP/gRPC
-    raise AssertionError(f"{what} not reached in {timeout}s")
+    raise TimeoutError(f"{what} not reached in {timeout}s")
