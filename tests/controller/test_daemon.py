@@ -93,7 +93,7 @@ def test_only_the_lease_holder_acts_and_the_standby_takes_over(stack, bucket, tm
 
     # The new leader now owns the job: cancel it through Pub/Sub and watch it obey.
     publish(b'{"jobId": "lease-1", "action": "cancel"}', settings["RELAUNCH_REQUESTS_TOPIC"])
-    doc = wait_for(lambda: (d := standby.job("lease-1")) and d["phase"] == "cancelled" and d,
-                   what="cancelled by the new leader")
+    wait_for(lambda: (d := standby.job("lease-1")) and d["phase"] == "cancelled" and d,
+             what="cancelled by the new leader")
     assert len(vertex_jobs_for(stack, "lease-1")) == 1
 

@@ -18,3 +18,28 @@ def relaunch():
                               env=env)
 
     return run
+
+
+# Pub/Sub stand-in tests: one fresh emulator per test module, reached through the real clients.
+@pytest.fixture(scope="module")
+def emulator():
+    from devstack.pubsub.testing import running_emulator
+
+    with running_emulator() as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def publisher(emulator):
+    from google.cloud import pubsub_v1
+
+    return pubsub_v1.PublisherClient()
+
+
+@pytest.fixture(scope="module")
+def subscriber(emulator):
+    from google.cloud import pubsub_v1
+
+    client = pubsub_v1.SubscriberClient()
+    yield client
+    client.close()

@@ -8,30 +8,12 @@ import uuid
 
 import pytest
 from google.api_core import exceptions
-from google.cloud import pubsub_v1
 from google.protobuf import field_mask_pb2
 
-from devstack.pubsub.testing import running_emulator
 
 PROJECT = "relaunch-dev"
 
 
-@pytest.fixture(scope="module")
-def emulator():
-    with running_emulator() as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
-def publisher(emulator):
-    return pubsub_v1.PublisherClient()
-
-
-@pytest.fixture(scope="module")
-def subscriber(emulator):
-    client = pubsub_v1.SubscriberClient()
-    yield client
-    client.close()
 
 
 def unique(kind: str) -> str:

@@ -13,32 +13,15 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from google.auth import exceptions as auth_exceptions
 from google.auth.transport import requests as auth_requests
-from google.cloud import pubsub_v1
 from google.oauth2 import id_token
 
-from devstack.pubsub.testing import running_emulator, wait_until
+from devstack.pubsub.testing import wait_until
 
 PROJECT = "relaunch-dev"
 PUSH_ACCOUNT = "pubsub-push@relaunch-dev.iam.gserviceaccount.com"
 AUDIENCE = "https://controller.relaunch.example/pubsub"
 
 
-@pytest.fixture(scope="module")
-def emulator():
-    with running_emulator() as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
-def publisher(emulator):
-    return pubsub_v1.PublisherClient()
-
-
-@pytest.fixture(scope="module")
-def subscriber(emulator):
-    client = pubsub_v1.SubscriberClient()
-    yield client
-    client.close()
 
 
 class PushEndpoint:

@@ -13,27 +13,11 @@ from google.api_core import exceptions
 from google.cloud import pubsub_v1
 from google.pubsub_v1 import types as pubsub
 
-from devstack.pubsub.testing import running_emulator, wait_until
+from devstack.pubsub.testing import wait_until
 
 PROJECT = "relaunch-dev"
 
 
-@pytest.fixture(scope="module")
-def emulator():
-    with running_emulator() as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
-def publisher(emulator):
-    return pubsub_v1.PublisherClient()
-
-
-@pytest.fixture(scope="module")
-def subscriber(emulator):
-    client = pubsub_v1.SubscriberClient()
-    yield client
-    client.close()
 
 
 @pytest.fixture
