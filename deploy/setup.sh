@@ -46,7 +46,9 @@ sed -e "s|PROJECT|$PROJECT|g" -e "s|REGION|$REGION|g" -e "s|IMAGE|$IMAGE|g" "$(d
 g run services replace /tmp/relaunch-cloudrun.yaml --region "$REGION"
 g run services add-iam-policy-binding relaunch-controller --region "$REGION" --member "serviceAccount:$PUSH" --role roles/run.invoker
 
-for policy in $(dirname "$0")/alert-policies/*.yaml; do
-  [ -f "$policy" ] && g alpha monitoring policies create --policy-from-file "$policy"
+# alert-policies.yaml holds one policy per YAML document; gcloud takes one per file.
+csplit -s -z -f /tmp/relaunch-policy- "$(dirname "$0")/alert-policies.yaml" '/^---$/' '{*}'
+for policy in /tmp/relaunch-policy-*; do
+  g alpha monitoring policies create --policy-from-file "$policy"
 done
 echo "done: grant $TRAINER objectAdmin on your checkpoint buckets and set serviceAccount: $TRAINER in job specs"

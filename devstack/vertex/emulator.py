@@ -27,7 +27,7 @@ from google.cloud.aiplatform_v1 import (
     ListCustomJobsResponse,
 )
 from google.longrunning import operations_pb2
-from google.protobuf import any_pb2, empty_pb2
+from google.protobuf import empty_pb2
 from google.rpc import status_pb2
 
 from devstack.vertex import events
