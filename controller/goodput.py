@@ -20,9 +20,11 @@ steps (`resumeFromStep`, `checkpointStepAtEnd`):
 - productive time: a succeeded attempt's whole running time; a still-running attempt's running
   time so far (nothing is lost until it ends); for an attempt that ended any other way,
   advanced / job rate.
-- lost time: the rest of an ended, unsuccessful attempt's running time: work done after its
-  last committed checkpoint, which the next attempt recomputes (all of it when it advanced
-  nothing).
+- lost ("unproductive running") time: the rest of an ended, unsuccessful attempt's running
+  time. It holds the work done after its last committed checkpoint, which the next attempt
+  recomputes (all of it when it advanced nothing), and also whatever made that attempt slower
+  than the fastest one: start-up, cold caches. The trainer's exit record tells the exact
+  number of recomputed steps; `relaunch demo` prints it.
 - waiting for capacity: `submittedAt` to `startedAt` of each attempt (to `endedAt` for one
   that never started, to `now` for one still queued).
 - restarting: what remains of the total: queueing before the first submission, backoff
@@ -63,7 +65,7 @@ class Goodput:
         ratio = "n/a" if self.ratio is None else f"{self.ratio:.1%}"
         rate = "unknown" if self.step_rate is None else f"{self.step_rate:.3g} steps/s"
         return (f"goodput {ratio} of {duration(self.total)}: productive {duration(self.productive)}, "
-                f"lost to recomputation {duration(self.lost)}, waiting for capacity "
+                f"unproductive running {duration(self.lost)}, waiting for capacity "
                 f"{duration(self.waiting_for_capacity)}, restarting {duration(self.restarting)} "
                 f"(step rate {rate})")
 

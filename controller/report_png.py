@@ -94,7 +94,7 @@ def draw(view: dict, timeline: list[dict], result: Goodput, path: str, now: floa
         handles.append(Patch(facecolor=RUNNING_COLOUR, label="running"))
     if result.lost > 0:
         handles.append(Patch(facecolor="tab:grey", hatch="///", edgecolor="white",
-                             label="lost work (recomputed)"))
+                             label="unproductive (start-up, recomputed steps)"))
     if marks:
         handles.append(Line2D([], [], marker="v", color="black", linestyle="none",
                               label="checkpoint committed"))
