@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterable
 from google.api_core import exceptions as gexc
 from google.cloud import aiplatform_v1
 
-from controller import logs
+from controller import goodput, logs
 from controller.alerts import AlertSink, ReconcileHealth
 from controller.core import events as ev
 from controller.core.actions import (
@@ -433,8 +433,12 @@ class Engine:
         if self.metrics is None:
             return
         counts: dict[str, int] = {phase.value: 0 for phase in Phase}
+        now = self.clock()
         for record in self.store.list("jobs/"):
             counts[record.document["state"]["phase"]] += 1
+            ratio = goodput.compute(record.document, now).ratio
+            if ratio is not None:
+                self.metrics.set_goodput(record.document["state"]["job_id"], ratio)
         self.metrics.set_job_states(counts)
 
     @staticmethod

@@ -157,3 +157,18 @@ def test_lost_events_still_recover_within_one_reconcile_period(stack, bucket, ma
     engine.apply("lost-1", __import__("controller.core.events", fromlist=["x"]).CancelRequested())
     doc = drive(engine, "lost-1", terminal)
     assert doc["phase"] == "cancelled"
+
+
+def test_metrics_export_job_states_and_goodput(stack, bucket, make_engine):
+    from controller.metrics import Metrics
+
+    engine = make_engine()
+    engine.metrics = Metrics()
+    engine.accept_request(request("met-1", bucket, args=["--steps", "3"]), {})
+    drive(engine, "met-1", terminal)
+    engine.reconcile()
+    text = engine.metrics.render().decode()
+    assert 'relaunch_jobs{state="succeeded"} 1.0' in text
+    assert 'relaunch_attempts_total 1.0' in text
+    goodput_line = next(l for l in text.splitlines() if l.startswith('relaunch_goodput_ratio{job_id="met-1"}'))
+    assert 0.0 < float(goodput_line.split()[-1]) <= 1.0
