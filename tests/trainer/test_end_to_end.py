@@ -1,6 +1,5 @@
 """Multi-process runs of `python -m trainer` on CPU (gloo): training, exact resume, failures."""
 
-import json
 import random
 
 import pytest
