@@ -10,6 +10,7 @@ from google.cloud import storage as gcs
 
 from controller.checkpoints import CheckpointProbe, CheckpointsUnavailable
 from devstack.gcs import start_gcs
+from tests.gcs_helpers import gcs_client_with_bucket
 from tests.store.test_gcs_store import FlakyProxy
 from trainer import layout
 from trainer.storage import GcsStorage, write_exit_record
@@ -20,10 +21,7 @@ _roots = itertools.count()
 
 @pytest.fixture(scope="module")
 def gcs_client():
-    with start_gcs() as emulator, pytest.MonkeyPatch.context() as env:
-        env.setenv("STORAGE_EMULATOR_HOST", emulator.url)
-        client = gcs.Client(project="relaunch-dev", credentials=AnonymousCredentials())
-        client.create_bucket(BUCKET)
+    with gcs_client_with_bucket(BUCKET) as client:
         yield client
 
 

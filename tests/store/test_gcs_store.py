@@ -17,7 +17,7 @@ from controller.store.base import StoreError
 from controller.store.factory import open_store
 from controller.store.gcs import GcsStateStore
 from controller.store.sqlite import SqliteStateStore
-from devstack.gcs import start_gcs
+from tests.gcs_helpers import gcs_client_with_bucket
 from tests.store.contract import StateStoreContract
 
 BUCKET = "relaunch-state"
@@ -26,10 +26,7 @@ _prefixes = itertools.count()
 
 @pytest.fixture(scope="module")
 def gcs_client():
-    with start_gcs() as emulator, pytest.MonkeyPatch.context() as env:
-        env.setenv("STORAGE_EMULATOR_HOST", emulator.url)
-        client = storage.Client(project="relaunch-dev", credentials=AnonymousCredentials())
-        client.create_bucket(BUCKET)
+    with gcs_client_with_bucket(BUCKET) as client:
         yield client
 
 
