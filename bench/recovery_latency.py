@@ -8,6 +8,7 @@ the preempted job's end (Vertex `end_time`) to the replacement's CreateCustomJob
 
     .venv/bin/python bench/recovery_latency.py [--preemptions 5] [--reconcile-seconds 60]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,27 +28,43 @@ FAKE_TRAINER = ROOT / "tests" / "controller" / "fake_trainer.py"
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--preemptions", type=int, default=5)
-    parser.add_argument("--reconcile-seconds", type=float, default=60.0,
-                        help="reconcile period; large so that only events drive recovery")
+    parser.add_argument(
+        "--reconcile-seconds",
+        type=float,
+        default=60.0,
+        help="reconcile period; large so that only events drive recovery",
+    )
     args = parser.parse_args()
 
     from google.auth.credentials import AnonymousCredentials
     from google.cloud import pubsub_v1, storage
+
     from devstack.stack import DevStack
 
     workdir = Path(tempfile.mkdtemp(prefix="relaunch-bench-"))
     stack = DevStack(str(workdir / "devstack")).start()
     env = stack.env()
     os.environ.update(env)
-    storage.Client(project=env["GOOGLE_CLOUD_PROJECT"], credentials=AnonymousCredentials()).create_bucket("bench")
+    storage.Client(project=env["GOOGLE_CLOUD_PROJECT"], credentials=AnonymousCredentials()).create_bucket(
+        "bench"
+    )
     port = 18000 + os.getpid() % 1000
-    ctl = subprocess.Popen([sys.executable, "-m", "controller.cli", "controller"],
-                           env={**os.environ, "PORT": str(port), "RELAUNCH_CREATE_SUBSCRIPTIONS": "true",
-                                "RELAUNCH_STATE_STORE": f"sqlite:///{workdir}/state.db",
-                                "RELAUNCH_RECONCILE_SECONDS": str(args.reconcile_seconds)},
-                           stdout=open(workdir / "controller.log", "wb"), stderr=subprocess.STDOUT)
+    ctl = subprocess.Popen(
+        [sys.executable, "-m", "controller.cli", "controller"],
+        env={
+            **os.environ,
+            "PORT": str(port),
+            "RELAUNCH_CREATE_SUBSCRIPTIONS": "true",
+            "RELAUNCH_STATE_STORE": f"sqlite:///{workdir}/state.db",
+            "RELAUNCH_RECONCILE_SECONDS": str(args.reconcile_seconds),
+        },
+        stdout=open(workdir / "controller.log", "wb"),
+        stderr=subprocess.STDOUT,
+    )
 
     def job() -> dict | None:
         try:
@@ -66,19 +83,29 @@ def main() -> int:
         raise SystemExit("timed out")
 
     try:
+
         def ready():
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as r:
                     return "leader" in r.read().decode()
             except OSError:
                 return False
+
         wait(ready)
-        pool = {"machineSpec": {"machineType": "n1-standard-4"}, "replicaCount": 1,
-                "containerSpec": {"imageUri": "bench", "command": [sys.executable, str(FAKE_TRAINER),
-                                                                   "--steps", "100000", "--every", "50"]}}
-        request = {"jobId": "bench", "jobSpec": {"workerPoolSpecs": [pool]},
-                   "checkpoint": {"uri": "gs://bench/ckpt"},
-                   "restartPolicy": {"backoff": {"initialSeconds": 0, "maxSeconds": 0, "jitter": 0}}}
+        pool = {
+            "machineSpec": {"machineType": "n1-standard-4"},
+            "replicaCount": 1,
+            "containerSpec": {
+                "imageUri": "bench",
+                "command": [sys.executable, str(FAKE_TRAINER), "--steps", "100000", "--every", "50"],
+            },
+        }
+        request = {
+            "jobId": "bench",
+            "jobSpec": {"workerPoolSpecs": [pool]},
+            "checkpoint": {"uri": "gs://bench/ckpt"},
+            "restartPolicy": {"backoff": {"initialSeconds": 0, "maxSeconds": 0, "jitter": 0}},
+        }
         topic = f"projects/{env['GOOGLE_CLOUD_PROJECT']}/topics/relaunch-requests"
         pubsub_v1.PublisherClient().publish(topic, json.dumps(request).encode()).result(timeout=30)
 
@@ -88,18 +115,22 @@ def main() -> int:
         backend = VertexBackend(Settings())
         latencies = []
         for n in range(1, args.preemptions + 1):
-            doc = wait(lambda: (d := job()) and d["attempt"] == n and d["phase"] == "running" and d)
+            doc = wait(lambda n=n: (d := job()) and d["attempt"] == n and d["phase"] == "running" and d)
             name = doc["attempts"][-1]["vertexJob"]
             stack.preempt(name, grace_seconds=5)
-            wait(lambda: (d := job()) and d["attempt"] == n + 1 and d["attempts"][-1]["vertexJob"])
+            wait(lambda n=n: (d := job()) and d["attempt"] == n + 1 and d["attempts"][-1]["vertexJob"])
             # Read both jobs back through the real Vertex client, as the controller does.
             old, new = backend.get(name), backend.get(job()["attempts"][-1]["vertexJob"])
             latency = new.create_time.timestamp() - old.end_time.timestamp()
             latencies.append(latency)
-            print(f"preemption {n}: replacement created {latency * 1000:.0f} ms after the preempted job ended")
-        print(f"\nrecovery latency over {len(latencies)} preemptions (backoff 0, reconcile every "
-              f"{args.reconcile_seconds:.0f}s, so events drove it): min {min(latencies)*1000:.0f} ms, "
-              f"median {statistics.median(latencies)*1000:.0f} ms, max {max(latencies)*1000:.0f} ms")
+            print(
+                f"preemption {n}: replacement created {latency * 1000:.0f} ms after the preempted job ended"
+            )
+        print(
+            f"\nrecovery latency over {len(latencies)} preemptions (backoff 0, reconcile every "
+            f"{args.reconcile_seconds:.0f}s, so events drove it): min {min(latencies) * 1000:.0f} ms, "
+            f"median {statistics.median(latencies) * 1000:.0f} ms, max {max(latencies) * 1000:.0f} ms"
+        )
     finally:
         ctl.terminate()
         ctl.wait(timeout=30)

@@ -36,8 +36,20 @@ def trainer_env(extra: dict | None = None) -> dict:
 
 
 def run_trainer(args: list[str], env: dict | None = None) -> list[dict]:
-    cmd = [sys.executable, "-m", "trainer", "--model", MODEL, "--data", DATA, "--batch-size", str(BATCH),
-           "--seed", str(SEED), *args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "trainer",
+        "--model",
+        MODEL,
+        "--data",
+        DATA,
+        "--batch-size",
+        str(BATCH),
+        "--seed",
+        str(SEED),
+        *args,
+    ]
     done = subprocess.run(cmd, env=trainer_env(env), cwd=REPO, capture_output=True, text=True, timeout=600)
     if done.returncode != 0:
         raise SystemExit(f"trainer failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
@@ -107,12 +119,26 @@ def plain_ddp_step_seconds(nproc: int, steps: int, window: int) -> float:
 
 def checkpoint_stalls(root: str, nproc: int, sync: bool, env: dict | None = None) -> tuple[float, int]:
     """Median seconds the loop stalled per checkpoint (and checkpoint size in bytes)."""
-    args = ["--steps", "40", "--checkpoint-every-steps", "5", "--keep-last", "2", "--log-every", "40",
-            "--nproc-per-node", str(nproc), "--checkpoint-uri", root]
+    args = [
+        "--steps",
+        "40",
+        "--checkpoint-every-steps",
+        "5",
+        "--keep-last",
+        "2",
+        "--log-every",
+        "40",
+        "--nproc-per-node",
+        str(nproc),
+        "--checkpoint-uri",
+        root,
+    ]
     if sync:
         args.append("--synchronous-checkpoints")
     records = run_trainer(args, env)
-    saves = [r for r in records if r.get("message") == "checkpoint committed"][:-1]  # last one is the final save
+    saves = [r for r in records if r.get("message") == "checkpoint committed"][
+        :-1
+    ]  # last one is the final save
     return statistics.median(r["blocking_seconds"] for r in saves), saves[0]["bytes"]
 
 
@@ -143,19 +169,29 @@ def main() -> None:
             emulator = start_gcs(port=0)
             os.environ["STORAGE_EMULATOR_HOST"] = emulator.url
             gcs.Client(project="relaunch-dev", credentials=AnonymousCredentials()).create_bucket("bench")
-            targets.append(("gcs emulator", "gs://bench/bg", "gs://bench/sync", {"STORAGE_EMULATOR_HOST": emulator.url}))
+            targets.append(
+                ("gcs emulator", "gs://bench/bg", "gs://bench/sync", {"STORAGE_EMULATOR_HOST": emulator.url})
+            )
         except ImportError:
             emulator = None
         for label, bg_root, sync_root, env in targets:
             background, size = checkpoint_stalls(bg_root, opts.nproc, sync=False, env=env)
             synchronous, _ = checkpoint_stalls(sync_root, opts.nproc, sync=True, env=env)
-            rows.append((f"checkpoint stall, background upload ({label})", f"{background * 1000:.2f} ms", f"{size / 1e6:.1f} MB"))
+            rows.append(
+                (
+                    f"checkpoint stall, background upload ({label})",
+                    f"{background * 1000:.2f} ms",
+                    f"{size / 1e6:.1f} MB",
+                )
+            )
             rows.append((f"checkpoint stall, synchronous save ({label})", f"{synchronous * 1000:.2f} ms", ""))
             rows.append(("  ratio synchronous / background", f"{synchronous / background:.1f}", ""))
         if emulator is not None:
             emulator.stop()
 
-    print(f"\nCPU, gloo, {opts.nproc} processes, model {MODEL.split(':')[1]}, batch {BATCH}/rank, OMP_NUM_THREADS=1\n")
+    print(
+        f"\nCPU, gloo, {opts.nproc} processes, model {MODEL.split(':')[1]}, batch {BATCH}/rank, OMP_NUM_THREADS=1\n"
+    )
     width = max(len(r[0]) for r in rows)
     print(f"{'measure'.ljust(width)} | value      | note")
     print(f"{'-' * width}-|------------|------")

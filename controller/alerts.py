@@ -7,14 +7,16 @@ Firing alerts are deduplicated per (job, kind) within a cooldown so a flapping c
 once. A resolved alert goes out only for a (job, kind) that this sink announced as firing and has
 not resolved since, so consumers never see a "resolved" without its "firing".
 """
+
 from __future__ import annotations
 
 import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import Any, Callable, Protocol
+from datetime import UTC, datetime
+from typing import Any, Protocol
 
 from controller import logs
 
@@ -35,13 +37,19 @@ class _Firing:
 
 
 def rfc3339(epoch_seconds: float) -> str:
-    return datetime.fromtimestamp(epoch_seconds, timezone.utc).isoformat().replace("+00:00", "Z")
+    return datetime.fromtimestamp(epoch_seconds, UTC).isoformat().replace("+00:00", "Z")
 
 
 class AlertSink:
-    def __init__(self, publisher: Publisher | None, topic: str | None, *,
-                 cooldown_seconds: float = 900.0, clock: Callable[[], float] = time.time,
-                 on_alert: Callable[[dict], None] | None = None):
+    def __init__(
+        self,
+        publisher: Publisher | None,
+        topic: str | None,
+        *,
+        cooldown_seconds: float = 900.0,
+        clock: Callable[[], float] = time.time,
+        on_alert: Callable[[dict], None] | None = None,
+    ):
         self._publisher = publisher
         self._topic = topic
         self._cooldown = cooldown_seconds
@@ -52,54 +60,104 @@ class AlertSink:
         self._lock = threading.Lock()
         self._on_alert = on_alert or (lambda alert: None)
 
-    def raise_alert(self, kind: str, severity: str, summary: str, *, job_id: str | None = None,
-                    attempt: int | None = None, details: dict[str, Any] | None = None) -> dict | None:
+    def raise_alert(
+        self,
+        kind: str,
+        severity: str,
+        summary: str,
+        *,
+        job_id: str | None = None,
+        attempt: int | None = None,
+        details: dict[str, Any] | None = None,
+    ) -> dict | None:
         """Publish and log one firing alert; returns it, or None when the cooldown suppressed it."""
         now = self._clock()
         key = (job_id, kind)
         with self._lock:
             last = self._last_fired.get(key)
             if last is not None and now - last < self._cooldown:
-                log.info("alert suppressed by cooldown", job_id=job_id, attempt=attempt,
-                         alert_kind=kind, cooldown_seconds=self._cooldown)
+                log.info(
+                    "alert suppressed by cooldown",
+                    job_id=job_id,
+                    attempt=attempt,
+                    alert_kind=kind,
+                    cooldown_seconds=self._cooldown,
+                )
                 return None
             self._last_fired[key] = now
             self._firing[key] = _Firing(severity, attempt)
         return self._emit(kind, severity, summary, job_id, attempt, details, FIRING, now)
 
-    def resolve(self, kind: str, job_id: str | None, summary: str, *, attempt: int | None = None,
-                details: dict[str, Any] | None = None) -> dict | None:
+    def resolve(
+        self,
+        kind: str,
+        job_id: str | None,
+        summary: str,
+        *,
+        attempt: int | None = None,
+        details: dict[str, Any] | None = None,
+    ) -> dict | None:
         """Announce that a condition has cleared; returns the alert, or None if it was not firing."""
         now = self._clock()
         with self._lock:
             fired = self._firing.pop((job_id, kind), None)
         if fired is None:
             return None
-        return self._emit(kind, fired.severity, summary, job_id,
-                          attempt if attempt is not None else fired.attempt, details, RESOLVED, now)
+        return self._emit(
+            kind,
+            fired.severity,
+            summary,
+            job_id,
+            attempt if attempt is not None else fired.attempt,
+            details,
+            RESOLVED,
+            now,
+        )
 
     def is_firing(self, kind: str, job_id: str | None = None) -> bool:
         with self._lock:
             return (job_id, kind) in self._firing
 
-    def _emit(self, kind: str, severity: str, summary: str, job_id: str | None,
-              attempt: int | None, details: dict[str, Any] | None, state: str, now: float) -> dict:
+    def _emit(
+        self,
+        kind: str,
+        severity: str,
+        summary: str,
+        job_id: str | None,
+        attempt: int | None,
+        details: dict[str, Any] | None,
+        state: str,
+        now: float,
+    ) -> dict:
         alert = {
-            "kind": kind, "severity": severity, "jobId": job_id, "attempt": attempt,
-            "summary": summary, "details": details or {}, "time": rfc3339(now), "state": state,
+            "kind": kind,
+            "severity": severity,
+            "jobId": job_id,
+            "attempt": attempt,
+            "summary": summary,
+            "details": details or {},
+            "time": rfc3339(now),
+            "state": state,
         }
         # One structured line; log-based alert policies match jsonPayload.alert_kind and
         # alert_state="firing" (resolved lines are INFO so they never page).
-        logger = log.bind(job_id=job_id, attempt=attempt, alert_kind=kind, alert_state=state,
-                          alert_severity=severity)
+        logger = log.bind(
+            job_id=job_id, attempt=attempt, alert_kind=kind, alert_state=state, alert_severity=severity
+        )
         if state == RESOLVED:
             logger.info(summary, alert=alert)
         else:
             (logger.error if severity == "ERROR" else logger.warning)(summary, alert=alert)
         if self._publisher is not None and self._topic:
             try:
-                self._publisher.publish(self._topic, json.dumps(alert).encode(), kind=kind,
-                                        severity=severity, jobId=job_id or "", state=state)
+                self._publisher.publish(
+                    self._topic,
+                    json.dumps(alert).encode(),
+                    kind=kind,
+                    severity=severity,
+                    jobId=job_id or "",
+                    state=state,
+                )
             except Exception as error:  # an alert path failure must never stop the controller
                 log.error("alert publish failed", error=str(error), alert_kind=kind)
         try:
@@ -128,12 +186,15 @@ class ReconcileHealth:
             streak = self._streak
         if streak >= self._threshold:
             self._sink.raise_alert(
-                self.KIND, "ERROR",
+                self.KIND,
+                "ERROR",
                 f"{streak} reconcile passes in a row failed: {errors[0] if errors else 'unknown error'}",
-                details={"failedPasses": streak, "errors": errors[:5]})
+                details={"failedPasses": streak, "errors": errors[:5]},
+            )
 
     def pass_succeeded(self) -> None:
         with self._lock:
             streak, self._streak = self._streak, 0
-        self._sink.resolve(self.KIND, None, "reconcile passes succeed again",
-                           details={"failedPassesBefore": streak})
+        self._sink.resolve(
+            self.KIND, None, "reconcile passes succeed again", details={"failedPassesBefore": streak}
+        )

@@ -10,6 +10,7 @@ A missing or garbled object is an ordinary answer (None, with a warning). Failin
 bucket at all is not: that raises `CheckpointsUnavailable`, because "no checkpoint" would make
 the controller restart a job from step 0.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -29,7 +30,7 @@ class CheckpointsUnavailable(RuntimeError):
 @dataclass(frozen=True)
 class CheckpointInfo:
     step: int
-    uri: str                      # the step directory: what RELAUNCH_RESUME_FROM is set to
+    uri: str  # the step directory: what RELAUNCH_RESUME_FROM is set to
     marker: layout.CommitMarker
 
 
@@ -41,7 +42,7 @@ class _GcsReader:
     """
 
     def __init__(self, client, uri: str, timeout: float):
-        bucket, _, prefix = uri[len("gs://"):].partition("/")
+        bucket, _, prefix = uri[len("gs://") :].partition("/")
         if not bucket:
             raise storage.StorageError(f"no bucket in {uri!r}")
         self.uri = uri.rstrip("/")
@@ -59,8 +60,9 @@ class _GcsReader:
         name = self._name(key)
         blob = self._bucket.blob(name)
         try:
-            data = gcs_client.call(lambda: blob.download_as_bytes(timeout=self._timeout, retry=None),
-                                   what=f"read {name}")
+            data = gcs_client.call(
+                lambda: blob.download_as_bytes(timeout=self._timeout, retry=None), what=f"read {name}"
+            )
         except gexc.NotFound as exc:  # no object, or no bucket
             raise FileNotFoundError(f"gs://{self._bucket.name}/{name}") from exc
         self.keys_read.add(key)
@@ -71,8 +73,9 @@ class _GcsReader:
         list_prefix = f"{name}/" if name else ""
 
         def list_once() -> list[str]:
-            listing = self._client.list_blobs(self._bucket, prefix=list_prefix, delimiter="/",
-                                              timeout=self._timeout, retry=None)
+            listing = self._client.list_blobs(
+                self._bucket, prefix=list_prefix, delimiter="/", timeout=self._timeout, retry=None
+            )
             for _page in listing.pages:  # `prefixes` fills in as the pages are read
                 pass
             return sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in listing.prefixes)
@@ -105,9 +108,8 @@ class CheckpointProbe:
         except (storage.StorageError, FileNotFoundError, NotADirectoryError) as exc:
             log.warning("checkpoint location unusable", error=str(exc))
             return None
-        except Exception as exc:  # noqa: BLE001 - anything else means we do not know
-            raise CheckpointsUnavailable(f"cannot read checkpoints under {checkpoint_uri}: "
-                                         f"{exc!r}") from exc
+        except Exception as exc:  # anything else means we do not know
+            raise CheckpointsUnavailable(f"cannot read checkpoints under {checkpoint_uri}: {exc!r}") from exc
         self._warn_about_rejected_markers(reader, marker, log)
         if marker is None:
             log.info("no committed checkpoint")
@@ -123,9 +125,10 @@ class CheckpointProbe:
         except (storage.StorageError, NotADirectoryError) as exc:
             log.warning("checkpoint location unusable", error=str(exc))
             return None
-        except Exception as exc:  # noqa: BLE001
-            raise CheckpointsUnavailable(f"cannot read the exit record of attempt {attempt} "
-                                         f"under {checkpoint_uri}: {exc!r}") from exc
+        except Exception as exc:
+            raise CheckpointsUnavailable(
+                f"cannot read the exit record of attempt {attempt} under {checkpoint_uri}: {exc!r}"
+            ) from exc
         if record is None:
             key = layout.exit_record_path("", attempt).lstrip("/")
             if key in getattr(reader, "keys_read", ()):

@@ -1,4 +1,5 @@
 """The `relaunch` command line. Verbs live in `controller/commands/`, one module each."""
+
 from __future__ import annotations
 
 import argparse

@@ -7,6 +7,7 @@ A standby keeps serving HTTP (health, status) but pulls nothing and decides noth
 SIGTERM (Cloud Run scale-in or deploy): stop pulling, let in-flight handlers finish, leave
 unacked messages for redelivery, release the lease so the next instance takes over at once.
 """
+
 from __future__ import annotations
 
 import os
@@ -14,8 +15,8 @@ import signal
 import socket
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import Callable
 
 from google.cloud import pubsub_v1
 
@@ -27,8 +28,8 @@ from controller.metrics import Metrics
 from controller.pubsub_io import TopicPublisher, ensure_topology, vertex_job_id_from_log_entry
 from controller.settings import Settings
 from controller.store.factory import open_store
-from controller.webhook import WebhookSink
 from controller.vertex import VertexBackend
+from controller.webhook import WebhookSink
 
 log = logs.get("relaunch.daemon")
 
@@ -44,20 +45,39 @@ class Controller:
         if settings.create_subscriptions:
             ensure_topology(settings, self.publisher_client, self.subscriber)
         self.publisher = TopicPublisher(self.publisher_client, timeout=settings.rpc_timeout_seconds)
-        self.webhook = (WebhookSink(settings.webhook_url, timeout_seconds=settings.webhook_timeout_seconds,
-                                    queue_size=settings.webhook_queue_size)
-                        if settings.webhook_url else None)
-        self.alerts = AlertSink(self.publisher, settings.topic_path(settings.alerts_topic),
-                                cooldown_seconds=settings.alert_cooldown_seconds, clock=clock,
-                                on_alert=self.webhook.send if self.webhook else None)
+        self.webhook = (
+            WebhookSink(
+                settings.webhook_url,
+                timeout_seconds=settings.webhook_timeout_seconds,
+                queue_size=settings.webhook_queue_size,
+            )
+            if settings.webhook_url
+            else None
+        )
+        self.alerts = AlertSink(
+            self.publisher,
+            settings.topic_path(settings.alerts_topic),
+            cooldown_seconds=settings.alert_cooldown_seconds,
+            clock=clock,
+            on_alert=self.webhook.send if self.webhook else None,
+        )
         self.store = open_store(settings.state_store)
         self.lease = self._make_lease()
         self.vertex = VertexBackend(settings, on_api_error=self.metrics.api_error)
         self.engine = Engine(
             settings,
-            Dependencies(store=self.store, vertex=self.vertex, checkpoints=CheckpointProbe(),
-                         alerts=self.alerts, metrics=self.metrics, dead_letter=self._dead_letter),
-            clock=clock, fence=self._fence, is_leader=self.is_leader)
+            Dependencies(
+                store=self.store,
+                vertex=self.vertex,
+                checkpoints=CheckpointProbe(),
+                alerts=self.alerts,
+                metrics=self.metrics,
+                dead_letter=self._dead_letter,
+            ),
+            clock=clock,
+            fence=self._fence,
+            is_leader=self.is_leader,
+        )
         self._stop = threading.Event()
         self._streams: list = []
         self._leading = False
@@ -71,7 +91,7 @@ class Controller:
             return None
         from controller.lease import Lease
 
-        bucket, _, prefix = self.settings.state_store[len("gs://"):].partition("/")
+        bucket, _, prefix = self.settings.state_store[len("gs://") :].partition("/")
         name = f"{prefix.rstrip('/')}/leader.json" if prefix else "leader.json"
         return Lease(bucket, name, self.holder_id, self.settings.lease_seconds, clock=self.clock)
 
@@ -86,12 +106,17 @@ class Controller:
         try:
             result = self.engine.accept_request(message.data, dict(message.attributes))
         except Exception:
-            log.exception("request handling failed; leaving it for redelivery",
-                          message_id=message.message_id)
+            log.exception("request handling failed; leaving it for redelivery", message_id=message.message_id)
             message.nack()
             return
-        log.info("request handled", job_id=result.job_id, attempt=None, status=result.status,
-                 reason=result.reason, message_id=message.message_id)
+        log.info(
+            "request handled",
+            job_id=result.job_id,
+            attempt=None,
+            status=result.status,
+            reason=result.reason,
+            message_id=message.message_id,
+        )
         message.ack()
 
     def _on_event(self, message) -> None:
@@ -100,8 +125,7 @@ class Controller:
             try:
                 self.engine.on_hint(vertex_job_id)
             except Exception:
-                log.exception("event handling failed; leaving it for redelivery",
-                              vertex_job_id=vertex_job_id)
+                log.exception("event handling failed; leaving it for redelivery", vertex_job_id=vertex_job_id)
                 message.nack()
                 return
         message.ack()
@@ -110,10 +134,12 @@ class Controller:
         flow = pubsub_v1.types.FlowControl(max_messages=self.settings.max_outstanding_messages)
         s = self.settings
         self._streams = [
-            self.subscriber.subscribe(s.subscription_path(s.requests_subscription),
-                                      callback=self._on_request, flow_control=flow),
-            self.subscriber.subscribe(s.subscription_path(s.events_subscription),
-                                      callback=self._on_event, flow_control=flow),
+            self.subscriber.subscribe(
+                s.subscription_path(s.requests_subscription), callback=self._on_request, flow_control=flow
+            ),
+            self.subscriber.subscribe(
+                s.subscription_path(s.events_subscription), callback=self._on_event, flow_control=flow
+            ),
         ]
         log.info("subscriptions open")
 
@@ -129,8 +155,9 @@ class Controller:
 
     def _dead_letter(self, payload: bytes, reason: str) -> None:
         try:
-            self.publisher.publish(self.settings.topic_path(self.settings.dead_letter_topic),
-                                   payload, reason=reason[:1024])
+            self.publisher.publish(
+                self.settings.topic_path(self.settings.dead_letter_topic), payload, reason=reason[:1024]
+            )
         except Exception as error:
             log.error("dead-letter publish failed", error=str(error))
 
@@ -168,8 +195,9 @@ class Controller:
             self._next_reconcile = 0.0
         elif self._leading and not leading:
             log.error("lost the leader lease; standing by", holder=self.holder_id)
-            self.alerts.raise_alert("controller_degraded", "ERROR",
-                                    f"controller {self.holder_id} lost its leader lease")
+            self.alerts.raise_alert(
+                "controller_degraded", "ERROR", f"controller {self.holder_id} lost its leader lease"
+            )
             self._close_streams()
         self._leading = leading
         self.metrics.set_leader(leading)
@@ -179,8 +207,13 @@ class Controller:
             signal.signal(signal.SIGTERM, lambda *_: self.stop())
             signal.signal(signal.SIGINT, lambda *_: self.stop())
         self._start_http()
-        log.info("controller started", holder=self.holder_id, project=self.settings.project,
-                 region=self.settings.region, state_store=self.settings.state_store)
+        log.info(
+            "controller started",
+            holder=self.holder_id,
+            project=self.settings.project,
+            region=self.settings.region,
+            state_store=self.settings.state_store,
+        )
         self._next_reconcile = 0.0
         next_lease_check = 0.0
         try:
@@ -188,14 +221,17 @@ class Controller:
                 now = self.clock()
                 if now >= next_lease_check:
                     self._update_leadership()
-                    next_lease_check = now + (self.settings.lease_renew_seconds
-                                              if self.lease is not None else 3600.0)
+                    next_lease_check = now + (
+                        self.settings.lease_renew_seconds if self.lease is not None else 3600.0
+                    )
                 if self._leading:
                     if now >= self._next_reconcile:
                         self._guarded(self.engine.reconcile, "reconcile")
                         self._next_reconcile = self.clock() + self.settings.reconcile_seconds
                     self._guarded(self.engine.fire_due_timers, "timers")
-                wait_until = min(next_lease_check, self._next_reconcile if self._leading else next_lease_check)
+                wait_until = min(
+                    next_lease_check, self._next_reconcile if self._leading else next_lease_check
+                )
                 self.engine.timers.wait(max(0.0, min(1.0, wait_until - self.clock())))
         finally:
             self._shutdown()
@@ -218,9 +254,11 @@ class Controller:
         if self.settings.push_service_account:
             from controller.push_auth import PushVerifier
 
-            verifier = PushVerifier(audience=self.settings.push_audience or "",
-                                    service_account=self.settings.push_service_account,
-                                    certs_url=self.settings.push_certs_url)
+            verifier = PushVerifier(
+                audience=self.settings.push_audience or "",
+                service_account=self.settings.push_service_account,
+                certs_url=self.settings.push_certs_url,
+            )
         self.http = make_server("0.0.0.0", self.settings.port, self, self.metrics, verifier)
         self.http.start()
         log.info("http serving", port=self.http.port)

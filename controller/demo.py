@@ -6,6 +6,7 @@ preempts the job mid-training the way a Spot reclaim does, lets the controller n
 from the latest committed checkpoint, and finally runs the same request once more without any
 preemption to show the two runs end with exactly the same loss.
 """
+
 from __future__ import annotations
 
 import json
@@ -91,26 +92,33 @@ class Demo:
         self.stack = DevStack(str(self.dir / "devstack")).start()
         self.env = self.stack.env()
         os.environ.update(self.env)
-        storage.Client(project=self.env["GOOGLE_CLOUD_PROJECT"],
-                       credentials=AnonymousCredentials()).create_bucket("relaunch-demo")
+        storage.Client(
+            project=self.env["GOOGLE_CLOUD_PROJECT"], credentials=AnonymousCredentials()
+        ).create_bucket("relaunch-demo")
         self.say("starting the controller (relaunch controller)")
         controller_env = {
-            **os.environ, **self.env, "PORT": str(self.port),
+            **os.environ,
+            **self.env,
+            "PORT": str(self.port),
             "RELAUNCH_CREATE_SUBSCRIPTIONS": "true",
             "RELAUNCH_STATE_STORE": f"sqlite:///{self.dir}/controller-state.db",
             "RELAUNCH_RECONCILE_SECONDS": "5",
         }
         self.controller_log = open(self.dir / "controller.log", "ab")
         self.controller = subprocess.Popen(
-            [sys.executable, "-m", "controller.cli", "controller"], env=controller_env,
-            stdout=self.controller_log, stderr=subprocess.STDOUT)
+            [sys.executable, "-m", "controller.cli", "controller"],
+            env=controller_env,
+            stdout=self.controller_log,
+            stderr=subprocess.STDOUT,
+        )
         self._wait(lambda: self._ready(), 60, "the controller to become ready")
         self.say(f"controller ready: http://127.0.0.1:{self.port}/v1/jobs")
 
     def _ready(self) -> bool:
         if self.controller.poll() is not None:
-            raise DemoFailed(f"the controller exited with {self.controller.returncode}; "
-                             f"see {self.dir / 'controller.log'}")
+            raise DemoFailed(
+                f"the controller exited with {self.controller.returncode}; see {self.dir / 'controller.log'}"
+            )
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/readyz", timeout=2) as r:
                 return r.status == 200 and "leader" in r.read().decode()
@@ -165,8 +173,10 @@ class Demo:
                 steps = storage.list_committed_steps(checkpoint_uri)
                 if len(steps) >= self.options.preempt_after_checkpoints:
                     name = doc["attempts"][-1]["vertexJob"]
-                    self.say(f"SPOT RECLAIM: preempting {name} (checkpoints committed at steps "
-                             f"{steps}); replicas get SIGTERM and 20 s to save")
+                    self.say(
+                        f"SPOT RECLAIM: preempting {name} (checkpoints committed at steps "
+                        f"{steps}); replicas get SIGTERM and 20 s to save"
+                    )
                     self.stack.preempt(name, grace_seconds=20)
                     preempted = True
             return doc if doc["phase"] in TERMINAL else None
@@ -206,19 +216,26 @@ def _exit_records(uri: str, attempts: list[dict]) -> dict[int, object]:
 
 
 def summarize(doc: dict, exits: dict[int, object]) -> list[str]:
-    lines = [f"job {doc['jobId']}: {doc['phase']} after {doc['attempt']} attempt(s), "
-             f"{doc['preemptions']} preemption(s), {doc['failures']} failure(s)"]
+    lines = [
+        f"job {doc['jobId']}: {doc['phase']} after {doc['attempt']} attempt(s), "
+        f"{doc['preemptions']} preemption(s), {doc['failures']} failure(s)"
+    ]
     for attempt in doc["attempts"]:
         record = exits.get(attempt["number"])
-        start = (f"resumed from step {attempt['resumeFromStep']}" if attempt["resumeFromStep"]
-                 is not None else "started from scratch")
+        start = (
+            f"resumed from step {attempt['resumeFromStep']}"
+            if attempt["resumeFromStep"] is not None
+            else "started from scratch"
+        )
         ended = f"ended {attempt['ending']} ({attempt['rule']})"
         lost = ""
         if record is not None and record.reason == "preempted":
             saved = record.last_committed_step
-            lost = (f"; SIGTERM at step {record.step}, emergency checkpoint "
-                    f"{'committed' if record.checkpoint_saved else 'NOT saved'}, "
-                    f"{(record.step or 0) - (saved or 0)} step(s) to recompute")
+            lost = (
+                f"; SIGTERM at step {record.step}, emergency checkpoint "
+                f"{'committed' if record.checkpoint_saved else 'NOT saved'}, "
+                f"{(record.step or 0) - (saved or 0)} step(s) to recompute"
+            )
         lines.append(f"  attempt {attempt['number']}: {start}, {ended}{lost}")
     return lines
 
@@ -239,8 +256,9 @@ def run(options: DemoOptions) -> int:
         loss, params = demo.final_loss(doc)
 
         say("now the same request without any preemption, for comparison")
-        reference = _load_request(options, "demo-gpt-reference",
-                                  "gs://relaunch-demo/checkpoints/demo-gpt-reference")
+        reference = _load_request(
+            options, "demo-gpt-reference", "gs://relaunch-demo/checkpoints/demo-gpt-reference"
+        )
         demo.publish(reference)
         ref_doc = demo.follow("demo-gpt-reference", preempt=False)
         if ref_doc["phase"] != "succeeded":
@@ -253,8 +271,11 @@ def run(options: DemoOptions) -> int:
         print(f"final loss, preempted and resumed: {loss}  (parameters sha256 {params[:16]})")
         print(f"final loss, never preempted:       {ref_loss}  (parameters sha256 {ref_params[:16]})")
         same = loss == ref_loss and params == ref_params
-        print("identical: the resumed run ended exactly where an uninterrupted run ends" if same
-              else "MISMATCH: the resumed run diverged from the uninterrupted run")
+        print(
+            "identical: the resumed run ended exactly where an uninterrupted run ends"
+            if same
+            else "MISMATCH: the resumed run diverged from the uninterrupted run"
+        )
         print(f"demo wall time: {time.monotonic() - started:.0f}s")
         return 0 if same and doc["preemptions"] >= 1 else 1
     except DemoFailed as error:

@@ -10,17 +10,19 @@ Everything that reaches the controller ends up here:
   - `reconcile()`: the periodic list-by-label pass plus a timer tick for every live job;
   - `fire_due_timers()`: backoff wake-ups.
 """
+
 from __future__ import annotations
 
 import hashlib
 import json
 import os
-import signal
 import random
+import signal
 import threading
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from google.api_core import exceptions as gexc
 from google.cloud import aiplatform_v1
@@ -77,9 +79,16 @@ class Dependencies:
 
 
 class Engine:
-    def __init__(self, settings: Settings, deps: Dependencies, *,
-                 clock: Callable[[], float] = time.time, rng: random.Random | None = None,
-                 fence: Callable[[], int] = lambda: 0, is_leader: Callable[[], bool] = lambda: True):
+    def __init__(
+        self,
+        settings: Settings,
+        deps: Dependencies,
+        *,
+        clock: Callable[[], float] = time.time,
+        rng: random.Random | None = None,
+        fence: Callable[[], int] = lambda: 0,
+        is_leader: Callable[[], bool] = lambda: True,
+    ):
         self.settings = settings
         self.store = deps.store
         self.vertex = deps.vertex
@@ -118,8 +127,9 @@ class Engine:
 
         if isinstance(request, CancelRequest):
             if self.store.get(job_key(request.job_id)) is None:
-                return self._reject(data, "invalid", f"jobId: no job {request.job_id!r} to cancel",
-                                    request.job_id)
+                return self._reject(
+                    data, "invalid", f"jobId: no job {request.job_id!r} to cancel", request.job_id
+                )
             self.apply(request.job_id, ev.CancelRequested())
             return IntakeResult("cancel", request.job_id, "cancel requested")
 
@@ -128,8 +138,12 @@ class Engine:
         if existing is None:
             now = self.clock()
             state = new_job(request.job_id, request.restart_policy, now)
-            document = {"request": request.to_json(), "fingerprint": fingerprint,
-                        "state": state.to_dict(), "timeline": [self._entry(now, 0, "request accepted")]}
+            document = {
+                "request": request.to_json(),
+                "fingerprint": fingerprint,
+                "state": state.to_dict(),
+                "timeline": [self._entry(now, 0, "request accepted")],
+            }
             try:
                 self.store.create(job_key(request.job_id), document, fence=self.fence())
             except AlreadyExists:
@@ -141,15 +155,24 @@ class Engine:
                 return IntakeResult("accepted", request.job_id, "accepted")
         if existing.document.get("fingerprint") == fingerprint:
             return IntakeResult("duplicate", request.job_id, "already accepted; nothing to do")
-        return self._reject(data, "conflict",
-                            f"jobId: {request.job_id!r} already exists with a different request body; "
-                            "use a new jobId to run a different job", request.job_id)
+        return self._reject(
+            data,
+            "conflict",
+            f"jobId: {request.job_id!r} already exists with a different request body; "
+            "use a new jobId to run a different job",
+            request.job_id,
+        )
 
     def _reject(self, data: bytes, status: str, reason: str, job_id: str | None) -> IntakeResult:
         now = self.clock()
         digest = hashlib.sha256(data).hexdigest()[:24]
-        record = {"time": now, "status": status, "reason": reason, "jobId": job_id,
-                  "payload": data[:65536].decode("utf-8", errors="replace")}
+        record = {
+            "time": now,
+            "status": status,
+            "reason": reason,
+            "jobId": job_id,
+            "payload": data[:65536].decode("utf-8", errors="replace"),
+        }
         try:
             self.store.create(f"rejected/{digest}", record, fence=self.fence())
         except AlreadyExists:
@@ -157,8 +180,13 @@ class Engine:
         else:
             if self._dead_letter is not None:
                 self._dead_letter(data, reason)
-            self.alerts.raise_alert("request_rejected", "WARNING", f"request rejected ({status}): {reason}",
-                                    job_id=job_id, details={"reason": reason, "status": status})
+            self.alerts.raise_alert(
+                "request_rejected",
+                "WARNING",
+                f"request rejected ({status}): {reason}",
+                job_id=job_id,
+                details={"reason": reason, "status": status},
+            )
             if self.metrics is not None:
                 self.metrics.rejected(status)
         log.warning("request rejected", job_id=job_id, attempt=None, status=status, reason=reason)
@@ -201,11 +229,18 @@ class Engine:
                     events.append(ev.CheckpointObserved(latest.step, latest.uri))
                 record_ = self.checkpoints.exit_record(uri, attempt)
                 exit_reason = record_.reason if record_ is not None else None
-            events.append(ev.VertexObserved(
-                attempt=attempt, vertex_name=job.name, vertex_state=state_name,
-                error_code=job.error.code if job.error else 0,
-                error_message=job.error.message if job.error else "",
-                start_time=_ts(job.start_time), end_time=_ts(job.end_time), exit_reason=exit_reason))
+            events.append(
+                ev.VertexObserved(
+                    attempt=attempt,
+                    vertex_name=job.name,
+                    vertex_state=state_name,
+                    error_code=job.error.code if job.error else 0,
+                    error_message=job.error.message if job.error else "",
+                    start_time=_ts(job.start_time),
+                    end_time=_ts(job.end_time),
+                    exit_reason=exit_reason,
+                )
+            )
             for event in events:
                 self.apply(job_id, event)
 
@@ -230,7 +265,7 @@ class Engine:
                 errors.append(f"{job.name}: {error}")
                 log.exception("reconcile: observing a job failed", vertex_job=job.name)
         live = self.live_states()
-        for state in sorted(live, key=lambda s: (s.current.intent_at if s.current else s.created_at)):
+        for state in sorted(live, key=lambda s: s.current.intent_at if s.current else s.created_at):
             try:
                 current = state.current
                 if current and current.vertex_name and not current.ended and current.vertex_name not in seen:
@@ -255,8 +290,9 @@ class Engine:
     def _probe_progress(self, state: JobState) -> None:
         request = self._request(state.job_id)
         latest = self.checkpoints.latest(request.checkpoint_uri)
-        if latest is not None and (state.latest_checkpoint_step is None
-                                   or latest.step > state.latest_checkpoint_step):
+        if latest is not None and (
+            state.latest_checkpoint_step is None or latest.step > state.latest_checkpoint_step
+        ):
             self.apply(state.job_id, ev.CheckpointObserved(latest.step, latest.uri))
 
     def fire_due_timers(self) -> int:
@@ -298,8 +334,7 @@ class Engine:
             entries = self._describe(state, decision.state, event, decision.actions, now)
             document["timeline"] = (list(document.get("timeline", [])) + entries)[-TIMELINE_LIMIT:]
             try:
-                self.store.put(job_key(job_id), document, expected_version=record.version,
-                               fence=self.fence())
+                self.store.put(job_key(job_id), document, expected_version=record.version, fence=self.fence())
             except VersionConflict:
                 continue  # someone else wrote in between: decide again on the fresh state
             self._after_transition(state, decision.state, now)
@@ -314,23 +349,31 @@ class Engine:
         if isinstance(action, SubmitAttempt):
             return self._submit(state, action)
         if isinstance(action, CancelVertexJob):
-            bound.info("cancelling vertex job", vertex_job=action.vertex_name,
-                       for_attempt=action.attempt)
+            bound.info("cancelling vertex job", vertex_job=action.vertex_name, for_attempt=action.attempt)
             self.vertex.cancel(action.vertex_name)
             return []
         if isinstance(action, ScheduleWakeup):
             self.timers.schedule(job_id, action.at)
             return []
         if isinstance(action, RaiseAlert):
-            self.alerts.raise_alert(action.kind, action.severity, action.summary, job_id=job_id,
-                                    attempt=attempt, details=action.details)
+            self.alerts.raise_alert(
+                action.kind,
+                action.severity,
+                action.summary,
+                job_id=job_id,
+                attempt=attempt,
+                details=action.details,
+            )
             if self.metrics is not None:
                 self.metrics.alert(action.kind)
             return []
         if isinstance(action, MarkTerminal):
             (bound.info if action.phase == "succeeded" else bound.warning)(
-                f"job {action.phase}", reason=action.reason, preemptions=state.preemptions,
-                failures=state.failures)
+                f"job {action.phase}",
+                reason=action.reason,
+                preemptions=state.preemptions,
+                failures=state.failures,
+            )
             self.timers.cancel(job_id)
             return []
         raise TypeError(f"unknown action {action!r}")
@@ -341,13 +384,15 @@ class Engine:
         request = self._request(job_id)
 
         def build() -> aiplatform_v1.CustomJob:
-            return build_custom_job(request, action.attempt, resume_from=action.resume_from_uri,
-                                    on_demand=action.on_demand)
+            return build_custom_job(
+                request, action.attempt, resume_from=action.resume_from_uri, on_demand=action.on_demand
+            )
 
         _crash_point("after-intent")
         try:
-            submission = self.vertex.ensure_attempt(job_id, action.attempt, build,
-                                                    create=action.create_if_missing)
+            submission = self.vertex.ensure_attempt(
+                job_id, action.attempt, build, create=action.create_if_missing
+            )
         except SubmitRejected as error:
             bound.error("vertex rejected the job", error=str(error))
             return [ev.SubmitFailed(action.attempt, str(error), permanent=True)]
@@ -366,8 +411,12 @@ class Engine:
             previous = state.attempts[-2] if len(state.attempts) > 1 else None
             if previous is not None and previous.ended_at is not None and self.metrics is not None:
                 self.metrics.recovered(max(0.0, self.clock() - previous.ended_at))
-            bound.info("attempt submitted", vertex_job=submission.job.name,
-                       resume_from=action.resume_from_uri, on_demand=action.on_demand)
+            bound.info(
+                "attempt submitted",
+                vertex_job=submission.job.name,
+                resume_from=action.resume_from_uri,
+                on_demand=action.on_demand,
+            )
         else:
             bound.info("adopted existing vertex job", vertex_job=submission.job.name)
         return [ev.AttemptSubmitted(action.attempt, submission.job.name)]
@@ -397,8 +446,9 @@ class Engine:
         request = self._requests.get(job_id)
         if request is None:
             record = self.store.get(job_key(job_id))
-            request = parse_request(record.document["request"],
-                                    allow_local_checkpoints=self.settings.allow_local_checkpoints)
+            request = parse_request(
+                record.document["request"], allow_local_checkpoints=self.settings.allow_local_checkpoints
+            )
             self._requests[job_id] = request
         return request
 
@@ -408,8 +458,11 @@ class Engine:
         if new.preemptions > old.preemptions:
             for _ in range(new.preemptions - old.preemptions):
                 self.metrics.preempted()
-        if new.current and new.current.ended and not (old.current and old.current.number == new.current.number
-                                                      and old.current.ended):
+        if (
+            new.current
+            and new.current.ended
+            and not (old.current and old.current.number == new.current.number and old.current.ended)
+        ):
             ending = new.current.ending.value
             if ending not in ("succeeded", "preempted", "cancelled"):
                 self.metrics.failed(ending)
@@ -421,13 +474,17 @@ class Engine:
         if current is None:
             return
         started = current.started_at is not None and not (
-            old.current is not None and old.current.number == current.number and old.current.started_at)
+            old.current is not None and old.current.number == current.number and old.current.started_at
+        )
         ended = new.phase.terminal and not old.phase.terminal
         if started or ended:
             what = f"attempt {current.number} is running" if started else f"job {new.phase.value}"
-            self.alerts.resolve("capacity_wait", new.job_id,
-                                f"job {new.job_id} no longer waits for capacity: {what}",
-                                attempt=current.number)
+            self.alerts.resolve(
+                "capacity_wait",
+                new.job_id,
+                f"job {new.job_id} no longer waits for capacity: {what}",
+                attempt=current.number,
+            )
 
     def _export_job_states(self) -> None:
         if self.metrics is None:
@@ -445,36 +502,66 @@ class Engine:
     def _entry(now: float, attempt: int, what: str, **extra: Any) -> dict:
         return {"time": now, "attempt": attempt, "what": what, **extra}
 
-    def _describe(self, old: JobState, new: JobState, event: ev.Event, actions: Iterable[Action],
-                  now: float) -> list[dict]:
+    def _describe(
+        self, old: JobState, new: JobState, event: ev.Event, actions: Iterable[Action], now: float
+    ) -> list[dict]:
         """Timeline entries a person would want to read for this transition."""
         entries = []
         attempt = new.current.number if new.current else 0
         if new.latest_checkpoint_step != old.latest_checkpoint_step:
-            entries.append(self._entry(now, attempt, f"checkpoint at step {new.latest_checkpoint_step} committed",
-                                       step=new.latest_checkpoint_step, uri=new.latest_checkpoint_uri))
+            entries.append(
+                self._entry(
+                    now,
+                    attempt,
+                    f"checkpoint at step {new.latest_checkpoint_step} committed",
+                    step=new.latest_checkpoint_step,
+                    uri=new.latest_checkpoint_uri,
+                )
+            )
         if len(new.attempts) > len(old.attempts):
             current = new.current
-            where = (f"from checkpoint step {current.resume_from_step}" if current.resume_from_step
-                     is not None else "from scratch")
+            where = (
+                f"from checkpoint step {current.resume_from_step}"
+                if current.resume_from_step is not None
+                else "from scratch"
+            )
             spot = "on-demand" if current.on_demand else "spot"
-            entries.append(self._entry(now, attempt, f"attempt {attempt} requested {where} ({spot})",
-                                       resumeFromStep=current.resume_from_step))
+            entries.append(
+                self._entry(
+                    now,
+                    attempt,
+                    f"attempt {attempt} requested {where} ({spot})",
+                    resumeFromStep=current.resume_from_step,
+                )
+            )
         if new.current and old.current and new.current.number == old.current.number:
             if new.current.vertex_name and not old.current.vertex_name:
-                entries.append(self._entry(now, attempt, f"attempt {attempt} submitted as {new.current.vertex_name}"))
+                entries.append(
+                    self._entry(now, attempt, f"attempt {attempt} submitted as {new.current.vertex_name}")
+                )
             if new.current.started_at and not old.current.started_at:
                 entries.append(self._entry(new.current.started_at, attempt, f"attempt {attempt} running"))
             if new.current.ended and not old.current.ended:
                 c = new.current
-                entries.append(self._entry(c.ended_at or now, attempt,
-                                           f"attempt {attempt} ended: {c.ending.value} ({c.rule})",
-                                           ending=c.ending.value, error=c.error_message,
-                                           checkpointStep=c.checkpoint_step_at_end))
+                entries.append(
+                    self._entry(
+                        c.ended_at or now,
+                        attempt,
+                        f"attempt {attempt} ended: {c.ending.value} ({c.rule})",
+                        ending=c.ending.value,
+                        error=c.error_message,
+                        checkpointStep=c.checkpoint_step_at_end,
+                    )
+                )
         if new.phase is Phase.BACKING_OFF and old.phase is not Phase.BACKING_OFF:
-            entries.append(self._entry(now, attempt,
-                                       f"backing off {new.next_attempt_at - now:.1f}s before the next attempt",
-                                       nextAttemptAt=new.next_attempt_at))
+            entries.append(
+                self._entry(
+                    now,
+                    attempt,
+                    f"backing off {new.next_attempt_at - now:.1f}s before the next attempt",
+                    nextAttemptAt=new.next_attempt_at,
+                )
+            )
         if new.cancel_requested and not old.cancel_requested:
             entries.append(self._entry(now, attempt, "cancel requested"))
         if new.phase.terminal and not old.phase.terminal:
@@ -514,12 +601,22 @@ def status_document(document: dict, *, with_timeline: bool = True) -> dict:
         "terminalReason": state["terminal_reason"],
         "checkpointUri": document["request"]["checkpoint"]["uri"],
         "attempts": [
-            {"number": a["number"], "vertexJob": a["vertex_name"], "vertexState": a["vertex_state"],
-             "onDemand": a["on_demand"], "resumeFromStep": a["resume_from_step"],
-             "requestedAt": a["intent_at"], "submittedAt": a["submitted_at"],
-             "startedAt": a["started_at"], "endedAt": a["ended_at"], "ending": a["ending"],
-             "rule": a["rule"], "errorCode": a["error_code"], "errorMessage": a["error_message"],
-             "checkpointStepAtEnd": a["checkpoint_step_at_end"]}
+            {
+                "number": a["number"],
+                "vertexJob": a["vertex_name"],
+                "vertexState": a["vertex_state"],
+                "onDemand": a["on_demand"],
+                "resumeFromStep": a["resume_from_step"],
+                "requestedAt": a["intent_at"],
+                "submittedAt": a["submitted_at"],
+                "startedAt": a["started_at"],
+                "endedAt": a["ended_at"],
+                "ending": a["ending"],
+                "rule": a["rule"],
+                "errorCode": a["error_code"],
+                "errorMessage": a["error_message"],
+                "checkpointStepAtEnd": a["checkpoint_step_at_end"],
+            }
             for a in attempts
         ],
     }

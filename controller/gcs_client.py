@@ -4,11 +4,13 @@ deadline, and a tenacity retry policy that retries only what may succeed on a se
 The library's own retries are switched off at every call site (`retry=None`) so there is exactly
 one policy, this one, and it never retries a 412/404/400: those are answers, not accidents.
 """
+
 from __future__ import annotations
 
 import os
 import uuid
-from typing import Callable, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 import requests
 from google.api_core import exceptions as gexc
@@ -34,11 +36,11 @@ RETRY_ATTEMPTS = 5
 WRITE_ID_KEY = "relaunch-write-id"
 
 _TRANSIENT_API_ERRORS = (
-    gexc.TooManyRequests,       # 429
-    gexc.InternalServerError,   # 500
-    gexc.BadGateway,            # 502
-    gexc.ServiceUnavailable,    # 503
-    gexc.GatewayTimeout,        # 504
+    gexc.TooManyRequests,  # 429
+    gexc.InternalServerError,  # 500
+    gexc.BadGateway,  # 502
+    gexc.ServiceUnavailable,  # 503
+    gexc.GatewayTimeout,  # 504
 )
 
 _log = logs.get("relaunch.gcs")
@@ -52,8 +54,10 @@ def make_client(project: str | None = None):
     if os.environ.get("STORAGE_EMULATOR_HOST"):
         from google.auth.credentials import AnonymousCredentials
 
-        return storage.Client(project=project or os.environ.get("GOOGLE_CLOUD_PROJECT", "relaunch-dev"),
-                              credentials=AnonymousCredentials())
+        return storage.Client(
+            project=project or os.environ.get("GOOGLE_CLOUD_PROJECT", "relaunch-dev"),
+            credentials=AnonymousCredentials(),
+        )
     return storage.Client(project=project)
 
 
@@ -67,15 +71,20 @@ def is_transient(exc: BaseException) -> bool:
     return isinstance(exc, auth_exc.TransportError)
 
 
-def retrying(*, deadline: float | None = None, attempts: int | None = None,
-             what: str = "gcs call") -> Retrying:
+def retrying(
+    *, deadline: float | None = None, attempts: int | None = None, what: str = "gcs call"
+) -> Retrying:
     """The policy: exponential backoff with jitter, only for `is_transient` errors."""
     deadline = RETRY_DEADLINE_SECONDS if deadline is None else deadline
     attempts = RETRY_ATTEMPTS if attempts is None else attempts
 
     def log_retry(state):
-        _log.warning("retrying after a transient error", operation=what,
-                     attempt=state.attempt_number, error=repr(state.outcome.exception()))
+        _log.warning(
+            "retrying after a transient error",
+            operation=what,
+            attempt=state.attempt_number,
+            error=repr(state.outcome.exception()),
+        )
 
     return Retrying(
         retry=retry_if_exception(is_transient),
@@ -95,10 +104,15 @@ def new_write_id() -> str:
     return uuid.uuid4().hex
 
 
-def conditional_upload(blob, data: bytes, *, if_generation_match: int,
-                       metadata: dict[str, str] | None = None,
-                       content_type: str = "application/json",
-                       timeout: float = CALL_TIMEOUT_SECONDS) -> int:
+def conditional_upload(
+    blob,
+    data: bytes,
+    *,
+    if_generation_match: int,
+    metadata: dict[str, str] | None = None,
+    content_type: str = "application/json",
+    timeout: float = CALL_TIMEOUT_SECONDS,
+) -> int:
     """Upload `data` only if the object is at `if_generation_match` (0 = must not exist).
 
     Returns the new generation. Raises `google.api_core.exceptions.PreconditionFailed` when the
@@ -112,16 +126,22 @@ def conditional_upload(blob, data: bytes, *, if_generation_match: int,
     def upload() -> None:
         nonlocal tries
         tries += 1
-        blob.upload_from_string(data, content_type=content_type,
-                                if_generation_match=if_generation_match,
-                                timeout=timeout, retry=None)
+        blob.upload_from_string(
+            data,
+            content_type=content_type,
+            if_generation_match=if_generation_match,
+            timeout=timeout,
+            retry=None,
+        )
 
     try:
         call(upload, what=f"upload {blob.name}")
     except gexc.PreconditionFailed:
         if tries > 1:
-            live = call(lambda: blob.bucket.get_blob(blob.name, timeout=timeout, retry=None),
-                        what=f"read back {blob.name}")
+            live = call(
+                lambda: blob.bucket.get_blob(blob.name, timeout=timeout, retry=None),
+                what=f"read back {blob.name}",
+            )
             if live is not None and (live.metadata or {}).get(WRITE_ID_KEY) == write_id:
                 return int(live.generation)
         raise

@@ -31,6 +31,7 @@ steps (`resumeFromStep`, `checkpointStepAtEnd`):
   between attempts, and the time from an attempt's end to the next one's submission.
 - goodput = productive / total.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -41,10 +42,10 @@ TERMINAL_PHASES = ("succeeded", "failed", "cancelled")
 @dataclass(frozen=True)
 class AttemptTime:
     number: int
-    running: float   # seconds between start and end (or now)
+    running: float  # seconds between start and end (or now)
     productive: float
     lost: float
-    waiting: float   # submitted -> started
+    waiting: float  # submitted -> started
 
 
 @dataclass(frozen=True)
@@ -64,10 +65,12 @@ class Goodput:
     def summary(self) -> str:
         ratio = "n/a" if self.ratio is None else f"{self.ratio:.1%}"
         rate = "unknown" if self.step_rate is None else f"{self.step_rate:.3g} steps/s"
-        return (f"goodput {ratio} of {duration(self.total)}: productive {duration(self.productive)}, "
-                f"unproductive running {duration(self.lost)}, waiting for capacity "
-                f"{duration(self.waiting_for_capacity)}, restarting {duration(self.restarting)} "
-                f"(step rate {rate})")
+        return (
+            f"goodput {ratio} of {duration(self.total)}: productive {duration(self.productive)}, "
+            f"unproductive running {duration(self.lost)}, waiting for capacity "
+            f"{duration(self.waiting_for_capacity)}, restarting {duration(self.restarting)} "
+            f"(step rate {rate})"
+        )
 
 
 def duration(seconds: float) -> str:
@@ -134,8 +137,11 @@ def _first(*values: float | None) -> float:
 
 
 def step_rate(attempts: list[dict], now: float) -> float | None:
-    rates = [steps / _running(a, now) for a, steps in zip(attempts, _advanced(attempts))
-             if _running(a, now) > 0 and steps > 0]
+    rates = [
+        steps / _running(a, now)
+        for a, steps in zip(attempts, _advanced(attempts))
+        if _running(a, now) > 0 and steps > 0
+    ]
     return max(rates) if rates else None
 
 
@@ -153,8 +159,9 @@ def compute(document: dict, now: float) -> Goodput:
             productive = 0.0
         else:
             productive = min(running, advanced / rate)
-        rows.append(AttemptTime(attempt["number"], running, productive, running - productive,
-                                _waiting(attempt, now)))
+        rows.append(
+            AttemptTime(attempt["number"], running, productive, running - productive, _waiting(attempt, now))
+        )
     total = max(0.0, job_end(view, now) - view["createdAt"])
     productive = sum(r.productive for r in rows)
     lost = sum(r.lost for r in rows)

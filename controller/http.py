@@ -9,6 +9,7 @@ engine has durably recorded (including invalid and conflicting ones, which it de
 are acknowledged with 204; only an exception from the engine (state store down, ...) answers 500,
 because then nothing was recorded and a redelivery can succeed.
 """
+
 from __future__ import annotations
 
 import base64
@@ -78,7 +79,8 @@ def decode_push_envelope(body: bytes) -> tuple[bytes, dict[str, str], str | None
         raise MalformedEnvelope(f"message.data is not base64: {error}") from error
     attributes = message.get("attributes") or {}
     if not isinstance(attributes, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in attributes.items()):
+        isinstance(k, str) and isinstance(v, str) for k, v in attributes.items()
+    ):
         raise MalformedEnvelope("message.attributes is not a string map")
     message_id = message.get("messageId") or message.get("message_id")
     return data, dict(attributes), message_id if isinstance(message_id, str) else None
@@ -99,10 +101,10 @@ class _Handler(BaseHTTPRequestHandler):
     server_version = "relaunch"
 
     # --- dispatch ------------------------------------------------------------------------------
-    def do_GET(self) -> None:  # noqa: N802 (http.server naming)
+    def do_GET(self) -> None:
         self._dispatch("GET")
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         self._dispatch("POST")
 
     def _dispatch(self, method: str) -> None:
@@ -122,13 +124,17 @@ class _Handler(BaseHTTPRequestHandler):
                 pass  # the client is gone or the response was already started
 
     def _route(self, method: str, path: str):
-        get_routes = {"/healthz": self._healthz, "/readyz": self._readyz, "/metrics": self._metrics,
-                      JOBS_PATH: self._list_jobs}
+        get_routes = {
+            "/healthz": self._healthz,
+            "/readyz": self._readyz,
+            "/metrics": self._metrics,
+            JOBS_PATH: self._list_jobs,
+        }
         if path in get_routes or path.startswith(JOBS_PATH + "/"):
             if method != "GET":
                 return self._not_allowed("GET")
             if path.startswith(JOBS_PATH + "/"):
-                return lambda: self._get_job(unquote(path[len(JOBS_PATH) + 1:]))
+                return lambda: self._get_job(unquote(path[len(JOBS_PATH) + 1 :]))
             return get_routes[path]
         if path == PUSH_PATH and self.server.verifier is not None:
             return self._push if method == "POST" else self._not_allowed("POST")
@@ -136,8 +142,9 @@ class _Handler(BaseHTTPRequestHandler):
         return None
 
     def _not_allowed(self, allowed: str):
-        return lambda: self._json(HTTPStatus.METHOD_NOT_ALLOWED, {"error": f"use {allowed}"},
-                                  extra_headers={"Allow": allowed})
+        return lambda: self._json(
+            HTTPStatus.METHOD_NOT_ALLOWED, {"error": f"use {allowed}"}, extra_headers={"Allow": allowed}
+        )
 
     # --- routes --------------------------------------------------------------------------------
     def _healthz(self) -> None:
@@ -146,8 +153,7 @@ class _Handler(BaseHTTPRequestHandler):
         except Exception as error:  # an engine that cannot answer is not alive
             _log.error("liveness check raised", error=repr(error))
             alive = False
-        self._text(HTTPStatus.OK if alive else HTTPStatus.SERVICE_UNAVAILABLE,
-                   "ok" if alive else "not alive")
+        self._text(HTTPStatus.OK if alive else HTTPStatus.SERVICE_UNAVAILABLE, "ok" if alive else "not alive")
 
     def _readyz(self) -> None:
         try:
@@ -176,8 +182,9 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             self.server.verifier.verify(self.headers.get("Authorization"))
         except PushAuthError as refusal:
-            _log.warning("push refused", status=refusal.status, reason=refusal.reason,
-                         client=self.client_address[0])
+            _log.warning(
+                "push refused", status=refusal.status, reason=refusal.reason, client=self.client_address[0]
+            )
             self._json(refusal.status, {"error": refusal.reason})
             return
         try:
@@ -194,8 +201,13 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": "request intake failed"})
             return
         level = _log.info if result.status in ("accepted", "duplicate", "cancel") else _log.warning
-        level("push request handled", job_id=result.job_id, outcome=result.status,
-              reason=result.reason, message_id=message_id)
+        level(
+            "push request handled",
+            job_id=result.job_id,
+            outcome=result.status,
+            reason=result.reason,
+            message_id=message_id,
+        )
         self._send(HTTPStatus.NO_CONTENT, b"", None)
 
     def _read_body(self) -> bytes:
@@ -223,8 +235,9 @@ class _Handler(BaseHTTPRequestHandler):
     def _text(self, status: int, text: str) -> None:
         self._send(status, text.encode() + b"\n", "text/plain; charset=utf-8")
 
-    def _send(self, status: int, body: bytes, content_type: str | None,
-              extra_headers: dict[str, str] | None = None) -> None:
+    def _send(
+        self, status: int, body: bytes, content_type: str | None, extra_headers: dict[str, str] | None = None
+    ) -> None:
         if self.command == "POST" and not self._body_read:
             # An unread body would be parsed as the next request: end the connection instead.
             self.close_connection = True
@@ -241,7 +254,7 @@ class _Handler(BaseHTTPRequestHandler):
         if status != HTTPStatus.NO_CONTENT:
             self.wfile.write(body)
 
-    def log_message(self, format: str, *args) -> None:  # noqa: A002 (http.server signature)
+    def log_message(self, format: str, *args) -> None:
         # Access lines at debug: probes every few seconds would drown the job logs.
         _log.debug("http request", line=format % args, client=self.client_address[0])
 
@@ -261,14 +274,21 @@ class HttpServer:
     def host(self) -> str:
         return self._server.server_address[0]
 
-    def start(self) -> "HttpServer":
+    def start(self) -> HttpServer:
         if self._thread is None:
-            self._thread = threading.Thread(target=self._server.serve_forever,
-                                            args=(_SHUTDOWN_POLL_SECONDS,), name="relaunch-http",
-                                            daemon=True)
+            self._thread = threading.Thread(
+                target=self._server.serve_forever,
+                args=(_SHUTDOWN_POLL_SECONDS,),
+                name="relaunch-http",
+                daemon=True,
+            )
             self._thread.start()
-            _log.info("http server listening", host=self.host, port=self.port,
-                      push_enabled=self._server.verifier is not None)
+            _log.info(
+                "http server listening",
+                host=self.host,
+                port=self.port,
+                push_enabled=self._server.verifier is not None,
+            )
         return self
 
     def stop(self) -> None:
@@ -278,14 +298,15 @@ class HttpServer:
             self._thread = None
         self._server.server_close()
 
-    def __enter__(self) -> "HttpServer":
+    def __enter__(self) -> HttpServer:
         return self.start()
 
     def __exit__(self, *exc_info) -> None:
         self.stop()
 
 
-def make_server(host: str, port: int, app: ControllerApp, metrics: Metrics,
-                verifier: PushVerifier | None) -> HttpServer:
+def make_server(
+    host: str, port: int, app: ControllerApp, metrics: Metrics, verifier: PushVerifier | None
+) -> HttpServer:
     """Bind (port 0 = any free port) without serving yet; `verifier=None` disables push (404)."""
     return HttpServer(_Server((host, port), app, metrics, verifier))

@@ -2,6 +2,7 @@
 
 Kept apart from the HTTP server so the engine can return it without importing the server.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

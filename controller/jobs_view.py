@@ -4,13 +4,14 @@ failures into one-line errors, and formatting times and tables.
 The verbs read the same store the daemon writes (`RELAUNCH_STATE_STORE`), keys `jobs/<jobId>`,
 and never write to it.
 """
+
 from __future__ import annotations
 
 import sqlite3
 import sys
-from datetime import datetime, timezone
+from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Callable
 
 from controller.settings import Settings
 
@@ -47,8 +48,15 @@ def guarded(what: str, action: Callable[[], int]) -> int:
         first = error.errors()[0]
         name = "RELAUNCH_" + str(first["loc"][0]).upper() if first.get("loc") else "settings"
         return fail(f"invalid setting {name} ({first['msg']})", 2)
-    except (gexc.GoogleAPIError, auth_exc.GoogleAuthError, ConnectionError, TimeoutError,
-            OSError, sqlite3.Error, ValueError) as error:
+    except (
+        gexc.GoogleAPIError,
+        auth_exc.GoogleAuthError,
+        ConnectionError,
+        TimeoutError,
+        OSError,
+        sqlite3.Error,
+        ValueError,
+    ) as error:
         return fail(f"cannot {what} ({_why(error)})", 1)
 
 
@@ -68,10 +76,13 @@ def open_job_store(config: Settings):
 
     url = config.state_store
     if url.startswith("sqlite://"):
-        path = url[len("sqlite://"):]
+        path = url[len("sqlite://") :]
         if path and not Path(path).exists():
-            raise CommandError(f"cannot read job state (no state store at {path}; "
-                               "set RELAUNCH_STATE_STORE to the controller's)", 1)
+            raise CommandError(
+                f"cannot read job state (no state store at {path}; "
+                "set RELAUNCH_STATE_STORE to the controller's)",
+                1,
+            )
     return open_store(url)
 
 
@@ -90,8 +101,9 @@ def stored_document(store, job_id: str) -> dict | None:
 def require_document(store, job_id: str) -> dict:
     document = stored_document(store, job_id)
     if document is None:
-        raise CommandError(f"no job {job_id!r} in the state store (see `relaunch status` for the "
-                           "jobs there)", 2)
+        raise CommandError(
+            f"no job {job_id!r} in the state store (see `relaunch status` for the jobs there)", 2
+        )
     return document
 
 
@@ -101,10 +113,11 @@ def all_documents(store) -> list[dict]:
 
 # ---- formatting -------------------------------------------------------------------------
 
+
 def utc(seconds: float | None) -> str:
     if not seconds:
         return "-"
-    return datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def age(seconds: float | None, now: float) -> str:
@@ -120,6 +133,8 @@ def dash(value) -> str:
 def table(headers: list[str], rows: list[list[str]]) -> str:
     """Left-aligned columns, two spaces apart, like `kubectl get`."""
     widths = [max(len(str(cell)) for cell in column) for column in zip(headers, *rows)]
-    lines = ["  ".join(str(cell).ljust(width) for cell, width in zip(line, widths)).rstrip()
-             for line in [headers, *rows]]
+    lines = [
+        "  ".join(str(cell).ljust(width) for cell, width in zip(line, widths)).rstrip()
+        for line in [headers, *rows]
+    ]
     return "\n".join(lines)

@@ -4,6 +4,7 @@ The three system labels let the controller find its own jobs again (after a rest
 detect a job that another controller instance already submitted): `relaunch-job` names the
 user's jobId, `relaunch-attempt` the attempt number and `managed-by` marks the job as ours.
 """
+
 from __future__ import annotations
 
 import re

@@ -12,13 +12,14 @@ and a stalled former leader's writes are refused (`controller.store.Fenced`).
 Expiry compares the holder's written `expires_at` with the reader's clock, so controllers' clocks
 must roughly agree; `is_held` keeps a safety margin for that skew and for stalls.
 """
+
 from __future__ import annotations
 
 import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from google.api_core import exceptions as gexc
 
@@ -40,27 +41,37 @@ class _Seen:
 
 
 class Lease:
-    def __init__(self, bucket: str, name: str, holder_id: str, duration_seconds: float,
-                 client=None, clock: Callable[[], float] = time.time, *,
-                 safety_margin_seconds: float | None = None,
-                 timeout: float = gcs_client.CALL_TIMEOUT_SECONDS):
+    def __init__(
+        self,
+        bucket: str,
+        name: str,
+        holder_id: str,
+        duration_seconds: float,
+        client=None,
+        clock: Callable[[], float] = time.time,
+        *,
+        safety_margin_seconds: float | None = None,
+        timeout: float = gcs_client.CALL_TIMEOUT_SECONDS,
+    ):
         if duration_seconds <= 0:
             raise ValueError("lease duration must be positive")
         self.holder_id = holder_id
         self.duration_seconds = float(duration_seconds)
         # Stop believing we lead a little before the lease really runs out: covers clock skew
         # between controllers and the time a renewal takes.
-        self.safety_margin_seconds = (min(5.0, self.duration_seconds / 5)
-                                      if safety_margin_seconds is None else safety_margin_seconds)
+        self.safety_margin_seconds = (
+            min(5.0, self.duration_seconds / 5) if safety_margin_seconds is None else safety_margin_seconds
+        )
         self._clock = clock
         self._timeout = timeout
         self._client = client or gcs_client.make_client()
         name = name.strip("/")
         self._blob = self._client.bucket(bucket).blob(
-            f"{name}/{LEASE_OBJECT_NAME}" if name else LEASE_OBJECT_NAME)
+            f"{name}/{LEASE_OBJECT_NAME}" if name else LEASE_OBJECT_NAME
+        )
         self._lock = threading.Lock()
-        self._generation: int | None = None   # of our last successful write; None = not held
-        self._expires_at = 0.0                # by our own clock
+        self._generation: int | None = None  # of our last successful write; None = not held
+        self._expires_at = 0.0  # by our own clock
         # What is_held reads, one attribute so it needs no lock: a renewal stuck in retries
         # must not block the daemon asking whether it may act. 0 = not held.
         self._held_until = 0.0
@@ -90,8 +101,9 @@ class Lease:
     def _read(self) -> _Seen | None:
         blob = self._blob.bucket.blob(self._blob.name)
         try:
-            body = gcs_client.call(lambda: blob.download_as_bytes(timeout=self._timeout, retry=None),
-                                   what="read lease")
+            body = gcs_client.call(
+                lambda: blob.download_as_bytes(timeout=self._timeout, retry=None), what="read lease"
+            )
         except gexc.NotFound:
             return None
         generation = int(blob.generation)
@@ -105,12 +117,18 @@ class Lease:
 
     def _write(self, if_generation_match: int, acquired_at: float, now: float) -> int | None:
         """Write our lease conditionally; the new generation, or None if someone beat us."""
-        doc = {"holder": self.holder_id, "acquired_at": acquired_at,
-               "expires_at": now + self.duration_seconds}
+        doc = {
+            "holder": self.holder_id,
+            "acquired_at": acquired_at,
+            "expires_at": now + self.duration_seconds,
+        }
         try:
             return gcs_client.conditional_upload(
-                self._blob.bucket.blob(self._blob.name), json.dumps(doc).encode(),
-                if_generation_match=if_generation_match, timeout=self._timeout)
+                self._blob.bucket.blob(self._blob.name),
+                json.dumps(doc).encode(),
+                if_generation_match=if_generation_match,
+                timeout=self._timeout,
+            )
         except gexc.PreconditionFailed:
             return None
 
@@ -122,24 +140,28 @@ class Lease:
             # Read the clock before talking to GCS: our notion of expiry errs early, never late.
             now = self._clock()
             seen = self._read()
-            ours = (seen is not None and seen.holder == self.holder_id
-                    and seen.generation == self._generation)
+            ours = seen is not None and seen.holder == self.holder_id and seen.generation == self._generation
             if seen is not None and not ours and seen.expires_at > now:
-                self._log.debug("lease held by another controller", other=seen.holder,
-                                expires_in=round(seen.expires_at - now, 3))
+                self._log.debug(
+                    "lease held by another controller",
+                    other=seen.holder,
+                    expires_in=round(seen.expires_at - now, 3),
+                )
                 self._set_held(None)
                 return False
             acquired_at = self._acquired_at if ours else now
-            generation = self._write(0 if seen is None else seen.generation,
-                                     acquired_at=acquired_at, now=now)
+            generation = self._write(0 if seen is None else seen.generation, acquired_at=acquired_at, now=now)
             if generation is None:
                 self._log.info("lost the race for the lease")
                 self._set_held(None)
                 return False
             if not ours:
                 self._fence, self._acquired_at = generation, now
-                self._log.info("lease acquired", fence=generation,
-                               took_over=None if seen is None else seen.holder or "<garbled>")
+                self._log.info(
+                    "lease acquired",
+                    fence=generation,
+                    took_over=None if seen is None else seen.holder or "<garbled>",
+                )
             self._set_held(generation, now + self.duration_seconds)
             return True
 
@@ -171,9 +193,10 @@ class Lease:
                 return
             blob = self._blob.bucket.blob(self._blob.name)
             try:
-                gcs_client.call(lambda: blob.delete(if_generation_match=generation,
-                                                    timeout=self._timeout, retry=None),
-                                what="release lease")
+                gcs_client.call(
+                    lambda: blob.delete(if_generation_match=generation, timeout=self._timeout, retry=None),
+                    what="release lease",
+                )
                 self._log.info("lease released")
             except (gexc.PreconditionFailed, gexc.NotFound):
                 pass  # not ours any more, or already gone: nothing to give back
@@ -193,10 +216,9 @@ class LeaseKeeper:
         self.renew_every = renew_every
         self.on_lost = on_lost
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"lease-keeper:{lease.holder_id}",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._run, name=f"lease-keeper:{lease.holder_id}", daemon=True)
 
-    def start(self) -> "LeaseKeeper":
+    def start(self) -> LeaseKeeper:
         self._thread.start()
         return self
 
@@ -205,7 +227,7 @@ class LeaseKeeper:
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(timeout)
 
-    def __enter__(self) -> "LeaseKeeper":
+    def __enter__(self) -> LeaseKeeper:
         return self.start()
 
     def __exit__(self, *exc) -> None:
@@ -215,11 +237,15 @@ class LeaseKeeper:
         while not self._stop.wait(self.renew_every):
             try:
                 still_ours = self.lease.renew()
-            except Exception as exc:  # noqa: BLE001 - GCS unreachable after retries
+            except Exception as exc:  # GCS unreachable after retries
                 # Not a verdict: keep trying while our own view of the lease is still valid.
                 still_ours = self.lease.is_held()
-                _log.warning("lease renewal failed", holder=self.lease.holder_id,
-                             error=repr(exc), still_held=still_ours)
+                _log.warning(
+                    "lease renewal failed",
+                    holder=self.lease.holder_id,
+                    error=repr(exc),
+                    still_held=still_ours,
+                )
             if not still_ours and not self._stop.is_set():
                 _log.error("lease lost", holder=self.lease.holder_id)
                 self.on_lost()

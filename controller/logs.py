@@ -3,6 +3,7 @@
 Every line a job-related component writes carries `job_id` and `attempt` (bind them with
 `log.bind(job_id=..., attempt=...)`), so one job's story can be filtered out of the stream.
 """
+
 from __future__ import annotations
 
 import logging

@@ -3,11 +3,11 @@
 Each `Metrics` owns a fresh `CollectorRegistry` instead of the process-global one, so a test (or a
 second controller in one process) gets clean counters and no "duplicated timeseries" errors.
 """
+
 from __future__ import annotations
 
-from typing import Callable, Mapping
-
 import threading
+from collections.abc import Callable, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
@@ -24,25 +24,38 @@ class Metrics:
         r = self.registry
         self.jobs = Gauge("relaunch_jobs", "Jobs the controller tracks, by state.", ["state"], registry=r)
         self.attempts = Counter("relaunch_attempts", "Attempts submitted as CustomJobs.", registry=r)
-        self.preemptions = Counter("relaunch_preemptions", "Attempts ended by a Spot preemption.",
-                                   registry=r)
-        self.failures = Counter("relaunch_failures", "Attempts that ended in failure, by ending "
-                                "(user_error, infrastructure, timeout, ...).", ["ending"], registry=r)
+        self.preemptions = Counter("relaunch_preemptions", "Attempts ended by a Spot preemption.", registry=r)
+        self.failures = Counter(
+            "relaunch_failures",
+            "Attempts that ended in failure, by ending (user_error, infrastructure, timeout, ...).",
+            ["ending"],
+            registry=r,
+        )
         self.recovery_seconds = Histogram(
             "relaunch_recovery_seconds",
             "Time from observing an attempt's end to the replacement's CreateCustomJob.",
-            buckets=RECOVERY_BUCKETS, registry=r)
-        self.api_errors = Counter("relaunch_api_errors", "Failed Google API calls, by api and code.",
-                                  ["api", "code"], registry=r)
-        self.rejected_requests = Counter("relaunch_rejected_requests",
-                                         "Job requests rejected and dead-lettered, by reason.",
-                                         ["reason"], registry=r)
+            buckets=RECOVERY_BUCKETS,
+            registry=r,
+        )
+        self.api_errors = Counter(
+            "relaunch_api_errors", "Failed Google API calls, by api and code.", ["api", "code"], registry=r
+        )
+        self.rejected_requests = Counter(
+            "relaunch_rejected_requests",
+            "Job requests rejected and dead-lettered, by reason.",
+            ["reason"],
+            registry=r,
+        )
         self.alerts = Counter("relaunch_alerts", "Alerts raised, by kind.", ["kind"], registry=r)
-        self.is_leader = Gauge("relaunch_is_leader", "1 while this instance holds the leader lease.",
-                               registry=r)
-        self.goodput_ratio = Gauge("relaunch_goodput_ratio",
-                                   "Share of a job's GPU time that produced kept training progress.",
-                                   ["job_id"], registry=r)
+        self.is_leader = Gauge(
+            "relaunch_is_leader", "1 while this instance holds the leader lease.", registry=r
+        )
+        self.goodput_ratio = Gauge(
+            "relaunch_goodput_ratio",
+            "Share of a job's GPU time that produced kept training progress.",
+            ["job_id"],
+            registry=r,
+        )
         self._job_states_source: Callable[[], Mapping[str, int]] | None = None
         self._known_states: set[str] = set()
         # The engine sets counts while an HTTP thread may be refreshing them for a scrape.

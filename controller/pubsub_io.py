@@ -3,14 +3,15 @@
 The real `google-cloud-pubsub` clients are used as they are; with `PUBSUB_EMULATOR_HOST` set they
 talk to devstack instead of Google.
 """
+
 from __future__ import annotations
 
 import json
 
 from google.api_core import exceptions as gexc
 from google.cloud import pubsub_v1
-from google.pubsub_v1.types import DeadLetterPolicy, RetryPolicy
 from google.protobuf import duration_pb2
+from google.pubsub_v1.types import DeadLetterPolicy, RetryPolicy
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
 
 from controller import logs
@@ -19,8 +20,14 @@ from controller.settings import Settings
 log = logs.get("relaunch.pubsub")
 
 
-_TRANSIENT = (gexc.ServiceUnavailable, gexc.DeadlineExceeded, gexc.InternalServerError,
-              gexc.ResourceExhausted, gexc.Aborted, TimeoutError)
+_TRANSIENT = (
+    gexc.ServiceUnavailable,
+    gexc.DeadlineExceeded,
+    gexc.InternalServerError,
+    gexc.ResourceExhausted,
+    gexc.Aborted,
+    TimeoutError,
+)
 
 
 class TopicPublisher:
@@ -28,13 +35,17 @@ class TopicPublisher:
     tries for transient errors (the message is the same each time, so a retry is harmless to
     consumers that deduplicate, as the controller does)."""
 
-    def __init__(self, client: pubsub_v1.PublisherClient | None = None, timeout: float = 30.0,
-                 attempts: int = 3):
+    def __init__(
+        self, client: pubsub_v1.PublisherClient | None = None, timeout: float = 30.0, attempts: int = 3
+    ):
         self.client = client or pubsub_v1.PublisherClient()
         self.timeout = timeout
-        self._retrying = Retrying(retry=retry_if_exception_type(_TRANSIENT),
-                                  stop=stop_after_attempt(attempts),
-                                  wait=wait_exponential_jitter(initial=0.5, max=5), reraise=True)
+        self._retrying = Retrying(
+            retry=retry_if_exception_type(_TRANSIENT),
+            stop=stop_after_attempt(attempts),
+            wait=wait_exponential_jitter(initial=0.5, max=5),
+            reraise=True,
+        )
 
     def publish(self, topic: str, data: bytes, **attributes: str) -> str:
         attrs = {k: str(v) for k, v in attributes.items()}
@@ -44,15 +55,20 @@ class TopicPublisher:
         raise AssertionError("unreachable")  # pragma: no cover
 
 
-def ensure_topology(settings: Settings, publisher: pubsub_v1.PublisherClient,
-                    subscriber: pubsub_v1.SubscriberClient) -> None:
+def ensure_topology(
+    settings: Settings, publisher: pubsub_v1.PublisherClient, subscriber: pubsub_v1.SubscriberClient
+) -> None:
     """Create the topics and subscriptions the controller uses, if they are missing.
 
     Production creates them with deploy/ (Terraform-free gcloud script); this is for devstack and
     first runs. The requests subscription dead-letters a message that keeps failing.
     """
-    for name in (settings.requests_topic, settings.events_topic, settings.alerts_topic,
-                 settings.dead_letter_topic):
+    for name in (
+        settings.requests_topic,
+        settings.events_topic,
+        settings.alerts_topic,
+        settings.dead_letter_topic,
+    ):
         try:
             publisher.create_topic(name=settings.topic_path(name))
         except gexc.AlreadyExists:
@@ -67,13 +83,15 @@ def ensure_topology(settings: Settings, publisher: pubsub_v1.PublisherClient,
             "name": settings.subscription_path(sub_name),
             "topic": settings.topic_path(topic_name),
             "ack_deadline_seconds": 60,
-            "retry_policy": RetryPolicy(minimum_backoff=duration_pb2.Duration(seconds=1),
-                                        maximum_backoff=duration_pb2.Duration(seconds=60)),
+            "retry_policy": RetryPolicy(
+                minimum_backoff=duration_pb2.Duration(seconds=1),
+                maximum_backoff=duration_pb2.Duration(seconds=60),
+            ),
         }
         if dead_letter:
             request["dead_letter_policy"] = DeadLetterPolicy(
-                dead_letter_topic=settings.topic_path(settings.dead_letter_topic),
-                max_delivery_attempts=5)
+                dead_letter_topic=settings.topic_path(settings.dead_letter_topic), max_delivery_attempts=5
+            )
         try:
             subscriber.create_subscription(request=request)
         except gexc.AlreadyExists:

@@ -8,12 +8,14 @@ service account with a verified email (403 otherwise).
 The signing certificates are fetched through a small caching transport: without it every push
 would download Google's certificates again.
 """
+
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 import google.auth.transport
 import google.auth.transport.requests
@@ -71,8 +73,12 @@ class CachingRequest(google.auth.transport.Request):
     Only the certificate download goes through it, so caching by URL is exact enough.
     """
 
-    def __init__(self, inner: google.auth.transport.Request | None = None, ttl_seconds: float = 300.0,
-                 timeout_seconds: float = 10.0):
+    def __init__(
+        self,
+        inner: google.auth.transport.Request | None = None,
+        ttl_seconds: float = 300.0,
+        timeout_seconds: float = 10.0,
+    ):
         self._inner = inner or google.auth.transport.requests.Request()
         self._ttl = ttl_seconds
         self._timeout = timeout_seconds
@@ -82,16 +88,16 @@ class CachingRequest(google.auth.transport.Request):
 
     def __call__(self, url, method="GET", body=None, headers=None, timeout=None, **kwargs):
         if method != "GET":
-            return self._inner(url, method=method, body=body, headers=headers,
-                               timeout=timeout or self._timeout, **kwargs)
+            return self._inner(
+                url, method=method, body=body, headers=headers, timeout=timeout or self._timeout, **kwargs
+            )
         now = time.monotonic()
         with self._lock:
             hit = self._cache.get(url)
             if hit is not None and now - hit[0] < self._ttl:
                 return hit[1]
         # Fetch outside the lock: a slow download must not block pushes that hit the cache.
-        response = self._inner(url, method="GET", headers=headers, timeout=timeout or self._timeout,
-                               **kwargs)
+        response = self._inner(url, method="GET", headers=headers, timeout=timeout or self._timeout, **kwargs)
         cached = _CachedResponse(response.status, response.headers, response.data)
         with self._lock:
             self.fetches += 1
@@ -114,13 +120,22 @@ class PushVerifier:
     # most this often, so tokens with made-up key ids cannot turn every push into a download.
     REFETCH_INTERVAL_SECONDS = 60.0
 
-    def __init__(self, audience: str, service_account: str, certs_url: str | None = None,
-                 clock_skew_seconds: int = 10, *, request: google.auth.transport.Request | None = None,
-                 cache_seconds: float = 300.0):
+    def __init__(
+        self,
+        audience: str,
+        service_account: str,
+        certs_url: str | None = None,
+        clock_skew_seconds: int = 10,
+        *,
+        request: google.auth.transport.Request | None = None,
+        cache_seconds: float = 300.0,
+    ):
         if not audience or not service_account:
             # An empty audience would refuse every push with 401; better to fail at start-up.
-            raise ValueError("push verification needs an audience (RELAUNCH_PUSH_AUDIENCE) and a "
-                             "service account (RELAUNCH_PUSH_SERVICE_ACCOUNT)")
+            raise ValueError(
+                "push verification needs an audience (RELAUNCH_PUSH_AUDIENCE) and a "
+                "service account (RELAUNCH_PUSH_SERVICE_ACCOUNT)"
+            )
         self.audience = audience
         self.service_account = service_account
         self.certs_url = certs_url or GOOGLE_CERTS_URL
@@ -138,8 +153,14 @@ class PushVerifier:
             raise PushAuthError(403, f"token is for {email!r}, not the push service account")
         if payload.get("email_verified") not in (True, "true"):
             raise PushAuthError(403, "token email is not verified")
-        return Claims(email=email, subject=str(payload.get("sub", "")), audience=str(payload.get("aud")),
-                      issuer=issuer, expires_at=int(payload.get("exp", 0)), raw=dict(payload))
+        return Claims(
+            email=email,
+            subject=str(payload.get("sub", "")),
+            audience=str(payload.get("aud")),
+            issuer=issuer,
+            expires_at=int(payload.get("exp", 0)),
+            raw=dict(payload),
+        )
 
     def _verified_payload(self, token: str) -> Mapping[str, Any]:
         try:
@@ -158,9 +179,13 @@ class PushVerifier:
 
     def _verify_once(self, token: str) -> Mapping[str, Any]:
         try:
-            return id_token.verify_token(token, self.request, audience=self.audience,
-                                         certs_url=self.certs_url,
-                                         clock_skew_in_seconds=self.clock_skew_seconds)
+            return id_token.verify_token(
+                token,
+                self.request,
+                audience=self.audience,
+                certs_url=self.certs_url,
+                clock_skew_in_seconds=self.clock_skew_seconds,
+            )
         except auth_errors.TransportError as error:
             _log.error("cannot fetch push token certificates", certs_url=self.certs_url, error=str(error))
             raise PushAuthError(503, "token signing certificates unavailable") from error

@@ -1,10 +1,11 @@
 """A thread-safe sliding-window rate limiter for Vertex AI's per-minute quotas."""
+
 from __future__ import annotations
 
 import collections
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 
 class RateLimiter:

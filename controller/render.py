@@ -12,6 +12,7 @@ is exactly what would be created. Rules (also in docs/requests.md):
 - scheduling strategy: ON_DEMAND when `on_demand` is set; SPOT when the user set none (Relaunch
   exists for Spot capacity, and Vertex's own default would be STANDARD); the user's otherwise.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -49,8 +50,11 @@ def _relaunch_env(request: JobRequest, attempt: int, resume_from: str | None) ->
 
 def _with_relaunch_env(env: Any, ours: list[vertex.EnvVar]) -> list:
     """The user's variables (in their order) minus any RELAUNCH_* ones, then ours."""
-    kept = [vertex.EnvVar(name=entry.name, value=entry.value) for entry in env
-            if entry.name not in RELAUNCH_ENV_NAMES]
+    kept = [
+        vertex.EnvVar(name=entry.name, value=entry.value)
+        for entry in env
+        if entry.name not in RELAUNCH_ENV_NAMES
+    ]
     return kept + ours
 
 

@@ -10,6 +10,7 @@ path; nothing here ever lets a traceback reach the user.
 Public API: `parse_request`, `JobRequest`, `CancelRequest`, `Problem`, `RequestInvalid`,
 `request_json_schema`.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -24,8 +25,16 @@ import yaml
 from google.cloud import aiplatform_v1 as vertex
 from google.protobuf import json_format, message_factory
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
-from pydantic import ValidationInfo, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 from pydantic.alias_generators import to_camel
 
 from controller import labels as label_rules
@@ -141,9 +150,7 @@ class _StrictYamlLoader(yaml.SafeLoader):
                 break
             if duplicate:
                 mark = key_node.start_mark
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r}", mark
-                )
+                raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", mark)
         return super().construct_mapping(node, deep=deep)
 
 
@@ -174,14 +181,18 @@ def _load_text(text: str) -> Any:
             try:
                 return json.loads(text, object_pairs_hook=_reject_duplicate_json_keys)
             except json.JSONDecodeError as error:
-                raise RequestInvalid([Problem(
-                    "request",
-                    f"invalid JSON at line {error.lineno}, column {error.colno}: {error.msg}",
-                )]) from None
+                raise RequestInvalid(
+                    [
+                        Problem(
+                            "request",
+                            f"invalid JSON at line {error.lineno}, column {error.colno}: {error.msg}",
+                        )
+                    ]
+                ) from None
             except ValueError as error:  # duplicate key
                 raise RequestInvalid([Problem("request", f"invalid JSON: {error}")]) from None
         try:
-            return yaml.load(text, Loader=_StrictYamlLoader)  # noqa: S506 - a SafeLoader subclass
+            return yaml.load(text, Loader=_StrictYamlLoader)  # a SafeLoader subclass
         except yaml.YAMLError as error:
             raise RequestInvalid([Problem("request", _describe_yaml_error(error))]) from None
     except RecursionError:
@@ -237,17 +248,17 @@ def load_document(raw: bytes | str | Mapping) -> Any:
     if isinstance(raw, (bytes, bytearray, memoryview)):
         raw = bytes(raw)
         if len(raw) > MAX_REQUEST_BYTES:
-            raise RequestInvalid([Problem(
-                "request", f"is {len(raw)} bytes; the limit is {MAX_REQUEST_BYTES} bytes (1 MiB)"
-            )])
+            raise RequestInvalid(
+                [Problem("request", f"is {len(raw)} bytes; the limit is {MAX_REQUEST_BYTES} bytes (1 MiB)")]
+            )
         raw = _decode(raw)
     if not isinstance(raw, str):
         raise RequestInvalid([Problem("request", f"must be text or an object (got {type(raw).__name__})")])
     size = len(raw.encode("utf-8", errors="surrogatepass"))
     if size > MAX_REQUEST_BYTES:
-        raise RequestInvalid([Problem(
-            "request", f"is {size} bytes; the limit is {MAX_REQUEST_BYTES} bytes (1 MiB)"
-        )])
+        raise RequestInvalid(
+            [Problem("request", f"is {size} bytes; the limit is {MAX_REQUEST_BYTES} bytes (1 MiB)")]
+        )
     return _plain_document(_load_text(raw))
 
 
@@ -280,7 +291,7 @@ def checkpoint_uri_problem(uri: str, *, allow_local: bool) -> str | None:
     if any(ord(ch) < 32 for ch in uri):
         return "must not contain control characters"
     if uri.startswith("gs://"):
-        bucket, _, prefix = uri[len("gs://"):].partition("/")
+        bucket, _, prefix = uri[len("gs://") :].partition("/")
         bucket_problem = _bucket_name_problem(bucket)
         if bucket_problem:
             return bucket_problem
@@ -299,7 +310,7 @@ def checkpoint_uri_problem(uri: str, *, allow_local: bool) -> str | None:
                 "file:// URIs are accepted only for local runs (relaunch validate --local, "
                 "RELAUNCH_ALLOW_LOCAL_CHECKPOINTS=true for the controller); use gs://bucket/prefix"
             )
-        path = uri[len("file://"):].rstrip("/")
+        path = uri[len("file://") :].rstrip("/")
         if not path.startswith("/"):
             return f"must be an absolute local path like file:///abs/path (got {uri!r})"
         return None
@@ -323,7 +334,9 @@ class BackoffModel(_Strict):
     """Delay between attempts: initialSeconds * multiplier^(k-1), capped at maxSeconds, with
     +/- jitter (a fraction)."""
 
-    initial_seconds: float = Field(30.0, ge=0, description="Delay before the first retry (0 = resubmit at once).")
+    initial_seconds: float = Field(
+        30.0, ge=0, description="Delay before the first retry (0 = resubmit at once)."
+    )
     multiplier: float = Field(2.0, ge=1, description="Growth factor per retry (>= 1).")
     max_seconds: float = Field(1800.0, ge=0, description="Upper bound of any delay (>= initialSeconds).")
     jitter: float = Field(0.2, ge=0, lt=1, description="Random spread as a fraction, 0 <= jitter < 1.")
@@ -421,14 +434,18 @@ class JobRequestModel(_Strict):
         description="Idempotency key and name of the job; also the value of the relaunch-job label."
     )
     display_name: str | None = Field(
-        None, description="Human-readable name; Relaunch appends ' [attempt N]'.", max_length=MAX_DISPLAY_NAME_LENGTH
+        None,
+        description="Human-readable name; Relaunch appends ' [attempt N]'.",
+        max_length=MAX_DISPLAY_NAME_LENGTH,
     )
     job_spec: dict[str, Any] = Field(
         description=(
             "A Vertex AI CustomJobSpec in REST (camelCase JSON) form, exactly what "
             "`gcloud ai custom-jobs create --config` takes. Validated with the Vertex client library."
         ),
-        json_schema_extra={"$comment": "https://cloud.google.com/vertex-ai/docs/reference/rest/v1/CustomJobSpec"},
+        json_schema_extra={
+            "$comment": "https://cloud.google.com/vertex-ai/docs/reference/rest/v1/CustomJobSpec"
+        },
     )
     checkpoint: CheckpointModel
     restart_policy: RestartPolicyModel = Field(default_factory=RestartPolicyModel)
@@ -440,8 +457,10 @@ class JobRequestModel(_Strict):
         ),
         json_schema_extra={
             "maxProperties": label_rules.MAX_USER_LABELS,
-            "propertyNames": {"pattern": "^[a-z][a-z0-9_-]{0,62}$",
-                              "not": {"enum": list(label_rules.RESERVED_LABEL_KEYS)}},
+            "propertyNames": {
+                "pattern": "^[a-z][a-z0-9_-]{0,62}$",
+                "not": {"enum": list(label_rules.RESERVED_LABEL_KEYS)},
+            },
             "additionalProperties": {"type": "string", "pattern": "^[a-z0-9_-]{0,63}$"},
         },
     )
@@ -491,9 +510,7 @@ def _allowed_field_names(model: type[BaseModel] | None, parent: tuple) -> list[s
     for part in parent:
         if model is None:
             return []
-        match = next(
-            (f for name, f in model.model_fields.items() if (f.alias or name) == part), None
-        )
+        match = next((f for name, f in model.model_fields.items() if (f.alias or name) == part), None)
         annotation = match.annotation if match else None
         model = annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
     if model is None:
@@ -555,9 +572,15 @@ def _problems_from_pydantic(error: ValidationError, model: type[BaseModel]) -> l
 # reported with its exact path and a readable reason.
 
 _INTEGER_TYPES = {
-    FieldDescriptor.TYPE_INT32, FieldDescriptor.TYPE_INT64, FieldDescriptor.TYPE_UINT32,
-    FieldDescriptor.TYPE_UINT64, FieldDescriptor.TYPE_SINT32, FieldDescriptor.TYPE_SINT64,
-    FieldDescriptor.TYPE_FIXED32, FieldDescriptor.TYPE_FIXED64, FieldDescriptor.TYPE_SFIXED32,
+    FieldDescriptor.TYPE_INT32,
+    FieldDescriptor.TYPE_INT64,
+    FieldDescriptor.TYPE_UINT32,
+    FieldDescriptor.TYPE_UINT64,
+    FieldDescriptor.TYPE_SINT32,
+    FieldDescriptor.TYPE_SINT64,
+    FieldDescriptor.TYPE_FIXED32,
+    FieldDescriptor.TYPE_FIXED64,
+    FieldDescriptor.TYPE_SFIXED32,
     FieldDescriptor.TYPE_SFIXED64,
 }
 _WELL_KNOWN_TYPES = {
@@ -593,17 +616,16 @@ def _is_leaf(field: FieldDescriptor) -> bool:
     """Scalars, enums, maps and google.protobuf types: values the library checks in one piece."""
     message = field.message_type
     return (
-        message is None
-        or message.GetOptions().map_entry
-        or message.full_name.startswith("google.protobuf.")
+        message is None or message.GetOptions().map_entry or message.full_name.startswith("google.protobuf.")
     )
 
 
 _INVALID = object()  # marks a value the walk rejected and left out of the cleaned copy
 
 
-def _leaf_is_valid(owner: Descriptor, field: FieldDescriptor, key: str, value: Any,
-                   path: tuple, problems: list[Problem]) -> bool:
+def _leaf_is_valid(
+    owner: Descriptor, field: FieldDescriptor, key: str, value: Any, path: tuple, problems: list[Problem]
+) -> bool:
     scratch = message_factory.GetMessageClass(owner)()
     try:
         json_format.ParseDict({key: value}, scratch)
@@ -614,8 +636,9 @@ def _leaf_is_valid(owner: Descriptor, field: FieldDescriptor, key: str, value: A
     return True
 
 
-def _walk_field(owner: Descriptor, field: FieldDescriptor, key: str, value: Any,
-                path: tuple, problems: list[Problem]) -> Any:
+def _walk_field(
+    owner: Descriptor, field: FieldDescriptor, key: str, value: Any, path: tuple, problems: list[Problem]
+) -> Any:
     """The value with its invalid parts removed, or _INVALID; problems are appended."""
     is_map = field.message_type is not None and field.message_type.GetOptions().map_entry
     if field.is_repeated and not is_map:
@@ -654,9 +677,11 @@ def _walk_message(value: Any, descriptor: Descriptor, path: tuple, problems: lis
         field = fields.get(key)
         if field is None:
             allowed = [f.json_name for f in descriptor.fields]
-            problems.append(Problem(
-                format_path(here), unknown_field_reason(key, allowed, owner=f"Vertex {descriptor.name}")
-            ))
+            problems.append(
+                Problem(
+                    format_path(here), unknown_field_reason(key, allowed, owner=f"Vertex {descriptor.name}")
+                )
+            )
             continue
         if field.name in used_keys:
             problems.append(Problem(format_path(here), f"given twice (as {used_keys[field.name]} and {key})"))
@@ -667,9 +692,12 @@ def _walk_message(value: Any, descriptor: Descriptor, path: tuple, problems: lis
         oneof = field.containing_oneof
         if oneof is not None:
             if oneof.name in oneof_keys:
-                problems.append(Problem(
-                    format_path(here), f"cannot be set together with {oneof_keys[oneof.name]} (choose one)"
-                ))
+                problems.append(
+                    Problem(
+                        format_path(here),
+                        f"cannot be set together with {oneof_keys[oneof.name]} (choose one)",
+                    )
+                )
                 continue
             oneof_keys[oneof.name] = key
         result = _walk_field(descriptor, field, key, item, here, problems)
@@ -698,17 +726,24 @@ def _env_problems(env: Any, path: tuple) -> list[Problem]:
     problems = []
     user_entries = [entry for entry in env if entry.name not in RELAUNCH_ENV_NAMES]
     if len(user_entries) > MAX_USER_ENV:
-        problems.append(Problem(format_path(path), (
-            f"at most {MAX_USER_ENV} entries: Vertex allows {VERTEX_MAX_ENV} and Relaunch adds "
-            f"{len(RELAUNCH_ENV_NAMES)} RELAUNCH_* variables (got {len(user_entries)})"
-        )))
+        problems.append(
+            Problem(
+                format_path(path),
+                (
+                    f"at most {MAX_USER_ENV} entries: Vertex allows {VERTEX_MAX_ENV} and Relaunch adds "
+                    f"{len(RELAUNCH_ENV_NAMES)} RELAUNCH_* variables (got {len(user_entries)})"
+                ),
+            )
+        )
     for index, entry in enumerate(env):
         if not _ENV_NAME_RE.fullmatch(entry.name):
-            problems.append(Problem(
-                format_path((*path, index, "name")),
-                f"must be a variable name of letters, digits and '_' not starting with a digit "
-                f"(got {short_repr(entry.name)})",
-            ))
+            problems.append(
+                Problem(
+                    format_path((*path, index, "name")),
+                    f"must be a variable name of letters, digits and '_' not starting with a digit "
+                    f"(got {short_repr(entry.name)})",
+                )
+            )
     return problems
 
 
@@ -720,15 +755,21 @@ def _pool_problems(pool: Any, index: int, path: tuple) -> list[Problem]:
         return problems
     count = pool.replica_count
     if index == 0 and count != 1:
-        problems.append(Problem(format_path((*path, "replicaCount")), f"must be 1 for the chief pool (got {count})"))
+        problems.append(
+            Problem(format_path((*path, "replicaCount")), f"must be 1 for the chief pool (got {count})")
+        )
     elif index > 0 and count < 1:
-        problems.append(Problem(
-            format_path((*path, "replicaCount")),
-            f"must be at least 1 for a non-empty pool (got {count}); write {{}} to leave the pool out",
-        ))
+        problems.append(
+            Problem(
+                format_path((*path, "replicaCount")),
+                f"must be at least 1 for a non-empty pool (got {count}); write {{}} to leave the pool out",
+            )
+        )
     task = pool.WhichOneof("task")
     if task is None:
-        problems.append(Problem(format_path(path), "needs a containerSpec with an imageUri (or a pythonPackageSpec)"))
+        problems.append(
+            Problem(format_path(path), "needs a containerSpec with an imageUri (or a pythonPackageSpec)")
+        )
     elif task == "container_spec":
         if not pool.container_spec.image_uri:
             problems.append(Problem(format_path((*path, "containerSpec", "imageUri")), "is required"))
@@ -739,18 +780,24 @@ def _pool_problems(pool: Any, index: int, path: tuple) -> list[Problem]:
         if not package.executor_image_uri:
             problems.append(Problem(format_path((*package_path, "executorImageUri")), "is required"))
         if not package.package_uris:
-            problems.append(Problem(format_path((*package_path, "packageUris")), "needs at least one package URI"))
+            problems.append(
+                Problem(format_path((*package_path, "packageUris")), "needs at least one package URI")
+            )
         if not package.python_module:
             problems.append(Problem(format_path((*package_path, "pythonModule")), "is required"))
         problems.extend(_env_problems(package.env, (*package_path, "env")))
     machine = pool.machine_spec
     if not machine.machine_type:
-        problems.append(Problem(format_path((*path, "machineSpec", "machineType")), "is required (e.g. a3-highgpu-8g)"))
+        problems.append(
+            Problem(format_path((*path, "machineSpec", "machineType")), "is required (e.g. a3-highgpu-8g)")
+        )
     if machine.accelerator_count > 0 and not machine.accelerator_type:
-        problems.append(Problem(
-            format_path((*path, "machineSpec", "acceleratorType")),
-            f"is required when acceleratorCount is set (got acceleratorCount {machine.accelerator_count})",
-        ))
+        problems.append(
+            Problem(
+                format_path((*path, "machineSpec", "acceleratorType")),
+                f"is required when acceleratorCount is set (got acceleratorCount {machine.accelerator_count})",
+            )
+        )
     return problems
 
 
@@ -759,13 +806,20 @@ def _vertex_rules(spec: Any, path: tuple) -> list[Problem]:
     pools_path = (*path, "workerPoolSpecs")
     pools = spec.worker_pool_specs
     if not pools:
-        return [Problem(format_path(pools_path), "at least one worker pool is required (pool 0 runs the chief)")]
+        return [
+            Problem(format_path(pools_path), "at least one worker pool is required (pool 0 runs the chief)")
+        ]
     problems = []
     if len(pools) > MAX_WORKER_POOLS:
-        problems.append(Problem(format_path(pools_path), (
-            f"at most {MAX_WORKER_POOLS} worker pools (chief, workers, parameter servers, evaluators) "
-            f"(got {len(pools)})"
-        )))
+        problems.append(
+            Problem(
+                format_path(pools_path),
+                (
+                    f"at most {MAX_WORKER_POOLS} worker pools (chief, workers, parameter servers, evaluators) "
+                    f"(got {len(pools)})"
+                ),
+            )
+        )
     for index, pool in enumerate(pools):
         problems.extend(_pool_problems(pool, index, (*pools_path, index)))
     return problems
@@ -862,9 +916,14 @@ def parse_request(
     """
     document = load_document(raw)
     if not isinstance(document, dict):
-        raise RequestInvalid([Problem(
-            "request", f"must be an object with fields such as jobId and jobSpec (got {kind_of(document)})"
-        )])
+        raise RequestInvalid(
+            [
+                Problem(
+                    "request",
+                    f"must be an object with fields such as jobId and jobSpec (got {kind_of(document)})",
+                )
+            ]
+        )
     if "action" in document:
         return _parse_cancel(document)
     return _parse_job(document, allow_local_checkpoints)

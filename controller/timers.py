@@ -4,11 +4,12 @@ Only an accelerator: every due time is also stored in the job's state (`next_att
 the reconcile pass ticks every live job, so a restart that loses this queue delays a wake-up by
 at most one reconcile period.
 """
+
 from __future__ import annotations
 
 import heapq
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 
 class TimerQueue:

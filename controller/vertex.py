@@ -5,10 +5,11 @@ try (UNAVAILABLE, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, INTERNAL for reads). Cr
 is the exception: a retried create could make a second job, so `ensure_attempt` retries the whole
 "look up by labels, create only if absent" step instead, which is idempotent.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Callable, Iterator
 
 import grpc
 from google.api_core import exceptions as gexc
@@ -23,14 +24,27 @@ from controller.settings import Settings
 
 MANAGED_BY = "relaunch"
 
-RETRYABLE_READ = (gexc.ServiceUnavailable, gexc.DeadlineExceeded, gexc.ResourceExhausted,
-                  gexc.InternalServerError)
+RETRYABLE_READ = (
+    gexc.ServiceUnavailable,
+    gexc.DeadlineExceeded,
+    gexc.ResourceExhausted,
+    gexc.InternalServerError,
+)
 # A create that failed with one of these may or may not have created the job: look before retrying.
-AMBIGUOUS_CREATE = (gexc.DeadlineExceeded, gexc.InternalServerError, gexc.ServiceUnavailable,
-                    gexc.ResourceExhausted)
+AMBIGUOUS_CREATE = (
+    gexc.DeadlineExceeded,
+    gexc.InternalServerError,
+    gexc.ServiceUnavailable,
+    gexc.ResourceExhausted,
+)
 # Vertex refused the job itself; submitting the same spec again cannot succeed.
-PERMANENT_CREATE = (gexc.InvalidArgument, gexc.FailedPrecondition, gexc.PermissionDenied,
-                    gexc.NotFound, gexc.Unauthenticated)
+PERMANENT_CREATE = (
+    gexc.InvalidArgument,
+    gexc.FailedPrecondition,
+    gexc.PermissionDenied,
+    gexc.NotFound,
+    gexc.Unauthenticated,
+)
 
 log = logs.get("relaunch.vertex")
 
@@ -69,13 +83,20 @@ def make_client(settings: Settings) -> aiplatform_v1.JobServiceClient:
         channel = grpc.insecure_channel(settings.vertex_endpoint)
         return aiplatform_v1.JobServiceClient(transport=JobServiceGrpcTransport(channel=channel))
     return aiplatform_v1.JobServiceClient(
-        client_options={"api_endpoint": f"{settings.region}-aiplatform.googleapis.com"})
+        client_options={"api_endpoint": f"{settings.region}-aiplatform.googleapis.com"}
+    )
 
 
 class VertexBackend:
-    def __init__(self, settings: Settings, client: aiplatform_v1.JobServiceClient | None = None,
-                 *, on_api_error: Callable[[str, str], None] | None = None,
-                 retry_attempts: int = 5, retry_max_wait: float = 10.0):
+    def __init__(
+        self,
+        settings: Settings,
+        client: aiplatform_v1.JobServiceClient | None = None,
+        *,
+        on_api_error: Callable[[str, str], None] | None = None,
+        retry_attempts: int = 5,
+        retry_max_wait: float = 10.0,
+    ):
         self.settings = settings
         self.client = client or make_client(settings)
         self.parent = settings.vertex_parent
@@ -108,21 +129,22 @@ class VertexBackend:
     # --- reads ----------------------------------------------------------------------------
     def get(self, name: str) -> aiplatform_v1.CustomJob | None:
         try:
-            return self._call("GetCustomJob",
-                              lambda: self.client.get_custom_job(name=name, timeout=self.timeout))
+            return self._call(
+                "GetCustomJob", lambda: self.client.get_custom_job(name=name, timeout=self.timeout)
+            )
         except gexc.NotFound:
             return None
 
     def list_jobs(self, filter_: str) -> Iterator[aiplatform_v1.CustomJob]:
-        request = aiplatform_v1.ListCustomJobsRequest(parent=self.parent, filter=filter_,
-                                                      page_size=100)
+        request = aiplatform_v1.ListCustomJobsRequest(parent=self.parent, filter=filter_, page_size=100)
         while True:
-            page = self._call("ListCustomJobs", lambda: self._list_page(request))
+            page = self._call("ListCustomJobs", lambda request=request: self._list_page(request))
             yield from page.custom_jobs
             if not page.next_page_token:
                 return
             request = aiplatform_v1.ListCustomJobsRequest(
-                parent=self.parent, filter=filter_, page_size=100, page_token=page.next_page_token)
+                parent=self.parent, filter=filter_, page_size=100, page_token=page.next_page_token
+            )
 
     def _list_page(self, request: aiplatform_v1.ListCustomJobsRequest):
         # One RPC per page, so each page is rate limited and retried on its own.
@@ -141,13 +163,15 @@ class VertexBackend:
     # --- writes ---------------------------------------------------------------------------
     def cancel(self, name: str) -> None:
         try:
-            self._call("CancelCustomJob",
-                       lambda: self.client.cancel_custom_job(name=name, timeout=self.timeout))
+            self._call(
+                "CancelCustomJob", lambda: self.client.cancel_custom_job(name=name, timeout=self.timeout)
+            )
         except (gexc.NotFound, gexc.FailedPrecondition):
             pass  # already gone or already finished: nothing to cancel
 
-    def ensure_attempt(self, job_id: str, attempt: int,
-                       build: Callable[[], aiplatform_v1.CustomJob], *, create: bool) -> Submission:
+    def ensure_attempt(
+        self, job_id: str, attempt: int, build: Callable[[], aiplatform_v1.CustomJob], *, create: bool
+    ) -> Submission:
         """Adopt the Vertex job of this attempt if one exists; otherwise create it (if asked).
 
         Raises SubmitRejected for a permanent refusal; transient errors that outlast the retries
@@ -157,14 +181,16 @@ class VertexBackend:
             with try_:
                 existing = self.find_attempt(job_id, attempt)
                 if existing:
-                    return Submission(existing[0], created=False,
-                                      duplicates=tuple(j.name for j in existing[1:]))
+                    return Submission(
+                        existing[0], created=False, duplicates=tuple(j.name for j in existing[1:])
+                    )
                 if not create:
                     return Submission(None, created=False)
                 self.creates.acquire()
                 try:
-                    job = self.client.create_custom_job(parent=self.parent, custom_job=build(),
-                                                        timeout=self.timeout)
+                    job = self.client.create_custom_job(
+                        parent=self.parent, custom_job=build(), timeout=self.timeout
+                    )
                 except PERMANENT_CREATE as error:
                     self._on_api_error("CreateCustomJob", type(error).__name__)
                     raise SubmitRejected(error.message or str(error)) from error

@@ -6,6 +6,7 @@ counted (the alerts topic and the log line still carry it). Each POST has a time
 retried with backoff on 5xx replies and connection errors; a 4xx is the webhook refusing the
 message, so it is logged and not retried.
 """
+
 from __future__ import annotations
 
 import json
@@ -39,8 +40,16 @@ def _retryable(error: BaseException) -> bool:
 
 
 class WebhookSink:
-    def __init__(self, url: str, *, timeout_seconds: float = 10.0, queue_size: int = 100,
-                 attempts: int = 5, backoff_initial: float = 0.5, backoff_max: float = 30.0):
+    def __init__(
+        self,
+        url: str,
+        *,
+        timeout_seconds: float = 10.0,
+        queue_size: int = 100,
+        attempts: int = 5,
+        backoff_initial: float = 0.5,
+        backoff_max: float = 30.0,
+    ):
         self.url = url
         self.timeout = timeout_seconds
         self.dropped = 0
@@ -48,8 +57,11 @@ class WebhookSink:
         self.failed = 0
         self._queue: queue.Queue = queue.Queue(maxsize=queue_size)
         self._retrying = Retrying(
-            retry=retry_if_exception(_retryable), stop=stop_after_attempt(attempts),
-            wait=wait_exponential(multiplier=backoff_initial, max=backoff_max), reraise=True)
+            retry=retry_if_exception(_retryable),
+            stop=stop_after_attempt(attempts),
+            wait=wait_exponential(multiplier=backoff_initial, max=backoff_max),
+            reraise=True,
+        )
         self._thread = threading.Thread(target=self._run, name="relaunch-webhook", daemon=True)
         self._thread.start()
 
@@ -59,8 +71,12 @@ class WebhookSink:
             self._queue.put_nowait(alert)
         except queue.Full:
             self.dropped += 1
-            log.warning("webhook queue full; alert dropped", alert_kind=alert.get("kind"),
-                        job_id=alert.get("jobId"), dropped=self.dropped)
+            log.warning(
+                "webhook queue full; alert dropped",
+                alert_kind=alert.get("kind"),
+                job_id=alert.get("jobId"),
+                dropped=self.dropped,
+            )
 
     def close(self, timeout: float = 5.0) -> None:
         """Stop after what is queued (bounded by `timeout`; the thread is a daemon anyway)."""
@@ -80,12 +96,17 @@ class WebhookSink:
                 self.delivered += 1
             except Exception as error:
                 self.failed += 1
-                log.error("webhook delivery failed", error=str(error),
-                          alert_kind=alert.get("kind"), job_id=alert.get("jobId"))
+                log.error(
+                    "webhook delivery failed",
+                    error=str(error),
+                    alert_kind=alert.get("kind"),
+                    job_id=alert.get("jobId"),
+                )
 
     def _post(self, alert: dict) -> None:
         body = json.dumps({"text": slack_text(alert)}).encode()
-        request = urllib.request.Request(self.url, data=body, method="POST",
-                                         headers={"Content-Type": "application/json"})
+        request = urllib.request.Request(
+            self.url, data=body, method="POST", headers={"Content-Type": "application/json"}
+        )
         with urllib.request.urlopen(request, timeout=self.timeout) as reply:
             reply.read()

@@ -6,6 +6,7 @@
 Both write DIR/devstack.pid at once and DIR/env.json when every stand-in is up, and remove
 them on the way out.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -21,10 +22,14 @@ from devstack.control import ENV_FILE, PID_FILE, export_lines, read_run_pid, wri
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m devstack", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("mode", choices=["up", "serve"],
-                        help="up: foreground, prints the environment; serve: quiet, for `relaunch devstack up`")
+    parser = argparse.ArgumentParser(
+        prog="python -m devstack", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "mode",
+        choices=["up", "serve"],
+        help="up: foreground, prints the environment; serve: quiet, for `relaunch devstack up`",
+    )
     parser.add_argument("--dir", default=".devstack", help="state directory (default: ./.devstack)")
     parser.add_argument("--project", default="relaunch-dev")
     parser.add_argument("--region", default="us-central1")
@@ -52,8 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         write_run_file(state / ENV_FILE, json.dumps({"pid": pid, "env": env}, indent=2))
         if args.mode == "up":
             sys.stdout.write(export_lines(env))
-            print(f"# devstack running (pid {pid}, state in {state}); Ctrl-C stops it",
-                  file=sys.stderr)
+            print(f"# devstack running (pid {pid}, state in {state}); Ctrl-C stops it", file=sys.stderr)
             sys.stdout.flush()
         logging.getLogger("devstack").info("devstack up: %s", env)
         stop.wait()

@@ -11,6 +11,7 @@ Errors come back as {"error": message} with 400 (bad input) or 404 (unknown job)
 
 It also holds the run files through which `relaunch devstack` finds a background devstack.
 """
+
 from __future__ import annotations
 
 import json
@@ -41,21 +42,28 @@ def _preempt(target, body):
 
 def _stockout(target, body):
     until = body.get("region_wide_until")
-    target.stockout(float(body.get("queue_seconds", 0.0)), bool(body.get("fail", False)),
-                    None if until is None else float(until))
+    target.stockout(
+        float(body.get("queue_seconds", 0.0)),
+        bool(body.get("fail", False)),
+        None if until is None else float(until),
+    )
     return {}
 
 
 def _faults(target, body):
     seed = body.get("seed")
-    target.faults(float(_required(body, "rate")), list(body.get("codes") or []),
-                  None if seed is None else int(seed))
+    target.faults(
+        float(_required(body, "rate")), list(body.get("codes") or []), None if seed is None else int(seed)
+    )
     return {}
 
 
 def _quota(target, body):
-    target.quota(bool(_required(body, "enabled")), int(body.get("creates_per_minute", 60)),
-                 int(body.get("other_per_minute", 600)))
+    target.quota(
+        bool(_required(body, "enabled")),
+        int(body.get("creates_per_minute", 60)),
+        int(body.get("other_per_minute", 600)),
+    )
     return {}
 
 
@@ -104,8 +112,9 @@ class ControlServer:
         self._server = ThreadingHTTPServer((host, port), handler)
         self._server.daemon_threads = True
         self.url = f"http://{host}:{self._server.server_address[1]}"
-        self._thread = threading.Thread(target=self._server.serve_forever,
-                                        name="devstack-control", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="devstack-control", daemon=True
+        )
         self._thread.start()
 
     def stop(self) -> None:
@@ -135,17 +144,28 @@ class ControlClient:
     def preempt(self, job_name: str, grace_seconds: float = 30.0) -> bool:
         return self._call("POST", "/preempt", {"job": job_name, "grace_seconds": grace_seconds})["preempted"]
 
-    def stockout(self, queue_seconds: float = 0.0, fail: bool = False,
-                 region_wide_until: float | None = None) -> None:
-        self._call("POST", "/stockout", {"queue_seconds": queue_seconds, "fail": fail,
-                                         "region_wide_until": region_wide_until})
+    def stockout(
+        self, queue_seconds: float = 0.0, fail: bool = False, region_wide_until: float | None = None
+    ) -> None:
+        self._call(
+            "POST",
+            "/stockout",
+            {"queue_seconds": queue_seconds, "fail": fail, "region_wide_until": region_wide_until},
+        )
 
     def faults(self, rate: float, codes: list[str] = (), seed: int | None = None) -> None:
         self._call("POST", "/faults", {"rate": rate, "codes": list(codes), "seed": seed})
 
     def quota(self, enabled: bool, creates_per_minute: int = 60, other_per_minute: int = 600) -> None:
-        self._call("POST", "/quota", {"enabled": enabled, "creates_per_minute": creates_per_minute,
-                                      "other_per_minute": other_per_minute})
+        self._call(
+            "POST",
+            "/quota",
+            {
+                "enabled": enabled,
+                "creates_per_minute": creates_per_minute,
+                "other_per_minute": other_per_minute,
+            },
+        )
 
     def status(self) -> dict:
         return self._call("GET", "/status")

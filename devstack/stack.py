@@ -9,6 +9,7 @@
 Vertex's job-state LogEntries are published, as JSON, to the Pub/Sub topic
 `vertex-job-events`, as a Cloud Logging sink would; nothing else is created.
 """
+
 from __future__ import annotations
 
 import json
@@ -44,8 +45,9 @@ class DevStack:
     """State lives under `dir`: GCS objects in dir/gcs (kept across restarts), replica
     logs in dir/vertex/<job id>/. Pub/Sub and Vertex jobs live in memory."""
 
-    def __init__(self, dir: str, project: str = "relaunch-dev", region: str = "us-central1",
-                 host: str = "127.0.0.1"):
+    def __init__(
+        self, dir: str, project: str = "relaunch-dev", region: str = "us-central1", host: str = "127.0.0.1"
+    ):
         self.dir = Path(dir).resolve()
         self.project = project
         self.region = region
@@ -55,22 +57,25 @@ class DevStack:
         self.events_topic = f"projects/{project}/topics/{EVENTS_TOPIC}"
 
     # ---- lifecycle -----------------------------------------------------------------------
-    def start(self) -> "DevStack":
+    def start(self) -> DevStack:
         self.dir.mkdir(parents=True, exist_ok=True)
         try:
             self.pubsub = start_pubsub(self.host, 0)
             self.gcs = start_gcs(self.host, 0, data_dir=str(self.dir / "gcs"))
             # A channel of our own: the stack must not depend on (or change) os.environ.
             channel = grpc.insecure_channel(self.pubsub.host_port)
-            self._publisher = pubsub_v1.PublisherClient(
-                transport=PublisherGrpcTransport(channel=channel))
+            self._publisher = pubsub_v1.PublisherClient(transport=PublisherGrpcTransport(channel=channel))
             try:
                 self._publisher.create_topic(name=self.events_topic)
             except gexc.AlreadyExists:
                 pass
             self.vertex = start_vertex(
-                self.host, 0, project=self.project, region=self.region,
-                workdir=str(self.dir / "vertex"), event_sink=self._publish_event,
+                self.host,
+                0,
+                project=self.project,
+                region=self.region,
+                workdir=str(self.dir / "vertex"),
+                event_sink=self._publish_event,
             )
             self.control = ControlServer(self, self.host, 0)
         except BaseException:
@@ -93,7 +98,7 @@ class DevStack:
             self._publisher.stop()
             self._publisher = None
 
-    def __enter__(self) -> "DevStack":
+    def __enter__(self) -> DevStack:
         return self.start()
 
     def __exit__(self, *exc) -> None:
@@ -121,8 +126,9 @@ class DevStack:
         """Reclaim a running job's Spot VMs; False if it had already ended. KeyError if unknown."""
         return self.vertex.preempt(job_name, grace_seconds)
 
-    def stockout(self, queue_seconds: float = 0.0, fail: bool = False,
-                 region_wide_until: float | None = None) -> None:
+    def stockout(
+        self, queue_seconds: float = 0.0, fail: bool = False, region_wide_until: float | None = None
+    ) -> None:
         """New jobs queue `queue_seconds`, then fail with code 8 if `fail`; defaults clear it."""
         extra = {} if region_wide_until is None else {"region_wide_until": region_wide_until}
         self.vertex.set_stockout(queue_seconds=queue_seconds, fail=fail, **extra)
@@ -136,8 +142,12 @@ class DevStack:
 
     def status(self) -> dict[str, Any]:
         jobs = [
-            {"name": job.name, "displayName": job.display_name, "state": job.state.name,
-             "labels": dict(job.labels)}
+            {
+                "name": job.name,
+                "displayName": job.display_name,
+                "state": job.state.name,
+                "labels": dict(job.labels),
+            }
             for job in self.vertex.jobs()
         ]
         return {"pid": os.getpid(), "dir": str(self.dir), "env": self.env(), "jobs": jobs}

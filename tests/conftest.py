@@ -1,4 +1,5 @@
 """Fixtures shared by the whole test suite."""
+
 from __future__ import annotations
 
 import os

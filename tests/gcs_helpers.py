@@ -1,8 +1,9 @@
 """A GCS stand-in with one bucket, reached through the real storage client (for test fixtures)."""
+
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 from google.auth.credentials import AnonymousCredentials

@@ -1,4 +1,5 @@
 """CheckpointProbe against the GCS stand-in, with checkpoints written the way the trainer does."""
+
 from __future__ import annotations
 
 import itertools
@@ -36,8 +37,14 @@ def probe(gcs_client):
 
 
 def _marker(step: int) -> layout.CommitMarker:
-    return layout.CommitMarker(step=step, world_size=2, engine="ddp", job_id="demo-gpt", attempt=1,
-                               files=(layout.FileEntry("rank-00000.pt", 5, "0" * 64),))
+    return layout.CommitMarker(
+        step=step,
+        world_size=2,
+        engine="ddp",
+        job_id="demo-gpt",
+        attempt=1,
+        files=(layout.FileEntry("rank-00000.pt", 5, "0" * 64),),
+    )
 
 
 def write_checkpoint(root: str, step: int, *, commit: bool = True) -> None:
@@ -87,9 +94,16 @@ def test_missing_bucket_is_none_not_an_error(probe):
 
 
 def test_exit_record_round_trips(probe, root):
-    record = layout.ExitRecord(job_id="demo-gpt", attempt=2, reason="preempted", exit_code=75,
-                               step=130, last_committed_step=130, checkpoint_saved=True,
-                               signal="SIGTERM")
+    record = layout.ExitRecord(
+        job_id="demo-gpt",
+        attempt=2,
+        reason="preempted",
+        exit_code=75,
+        step=130,
+        last_committed_step=130,
+        checkpoint_saved=True,
+        signal="SIGTERM",
+    )
     write_exit_record(GcsStorage(root), record)
     assert probe.exit_record(root, 2) == record
     assert probe.exit_record(root, 1) is None
@@ -102,13 +116,15 @@ def test_garbled_exit_record_is_none(probe, root):
 
 def test_transient_server_errors_are_retried(gcs_client, root, monkeypatch):
     write_checkpoint(root, 20)
-    write_exit_record(GcsStorage(root), layout.ExitRecord(job_id="demo-gpt", attempt=1,
-                                                          reason="completed", exit_code=0))
+    write_exit_record(
+        GcsStorage(root), layout.ExitRecord(job_id="demo-gpt", attempt=1, reason="completed", exit_code=0)
+    )
     proxy = FlakyProxy(os.environ["STORAGE_EMULATOR_HOST"])
     try:
         monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.url)
-        probe = CheckpointProbe(client=gcs.Client(project="relaunch-dev",
-                                                  credentials=AnonymousCredentials()), timeout=10)
+        probe = CheckpointProbe(
+            client=gcs.Client(project="relaunch-dev", credentials=AnonymousCredentials()), timeout=10
+        )
         proxy.fail_next(2)
         assert probe.latest(root).step == 20
         proxy.fail_next(2)

@@ -1,4 +1,5 @@
 """`relaunch validate` and `relaunch render`, in-process and through the installed console script."""
+
 from __future__ import annotations
 
 import json
@@ -67,16 +68,26 @@ def test_validate_syntax_error_points_at_the_line(capsys, tmp_path):
 
 
 def test_validate_local_switch_admits_file_checkpoints(capsys, tmp_path):
-    text = (EXAMPLES / "demo.yaml").read_text().replace(
-        "gs://relaunch-demo/checkpoints/demo-gpt", "file:///tmp/relaunch/demo-gpt")
+    text = (
+        (EXAMPLES / "demo.yaml")
+        .read_text()
+        .replace("gs://relaunch-demo/checkpoints/demo-gpt", "file:///tmp/relaunch/demo-gpt")
+    )
     local = write(tmp_path, "local.yaml", text)
     assert run_cli(capsys, "validate", str(local))[0] == 2
     assert run_cli(capsys, "validate", "--local", str(local))[0] == 0
 
 
 def test_render_prints_the_custom_job_for_the_attempt(capsys):
-    code, out, err = run_cli(capsys, "render", str(EXAMPLES / "demo.yaml"), "--attempt", "3",
-                             "--resume-from", "gs://relaunch-demo/checkpoints/demo-gpt/step-0000000020")
+    code, out, err = run_cli(
+        capsys,
+        "render",
+        str(EXAMPLES / "demo.yaml"),
+        "--attempt",
+        "3",
+        "--resume-from",
+        "gs://relaunch-demo/checkpoints/demo-gpt/step-0000000020",
+    )
     assert (code, err) == (0, "")
     job = json.loads(out)
     assert job["displayName"] == "Demo GPT on Spot [attempt 3]"
@@ -163,10 +174,13 @@ def test_console_script_works():
     env = {k: v for k, v in os.environ.items() if k != "RELAUNCH_DEBUG"}
     validate = subprocess.run(
         [str(script), "validate", "examples/demo.yaml", "examples/invalid/bad-cancel.json"],
-        cwd=REPO, capture_output=True, text=True, timeout=120, env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
     )
     assert validate.returncode == 2
     assert validate.stdout == "examples/demo.yaml: ok\n"
     assert "examples/invalid/bad-cancel.json: action: must be 'cancel'" in validate.stderr
     assert "Traceback" not in validate.stderr
-

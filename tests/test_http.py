@@ -3,6 +3,7 @@
 Push requests carry real RS256 ID tokens minted by the Pub/Sub stand-in and are checked against
 its certs URL; the last test has the stand-in push on its own, with the real envelope format.
 """
+
 from __future__ import annotations
 
 import base64
@@ -36,8 +37,13 @@ class FakeApp:
         self.intake_error: Exception | None = None
         self.alive = True
         self.ready = (True, "")
-        self.jobs = {"demo-gpt": {"jobId": "demo-gpt", "state": "RUNNING",
-                                  "attempts": [{"attempt": 1, "state": "PREEMPTED"}]}}
+        self.jobs = {
+            "demo-gpt": {
+                "jobId": "demo-gpt",
+                "state": "RUNNING",
+                "attempts": [{"attempt": 1, "state": "PREEMPTED"}],
+            }
+        }
 
     def accept_request(self, data, attributes):
         self.calls.append((data, attributes))
@@ -91,9 +97,15 @@ def push_url(http) -> str:
 
 
 def envelope(data: bytes, attributes: dict[str, str] | None = None) -> dict:
-    return {"message": {"data": base64.b64encode(data).decode(), "attributes": attributes or {},
-                        "messageId": "17", "publishTime": "2026-11-21T19:00:00.000Z"},
-            "subscription": f"projects/{PROJECT}/subscriptions/relaunch-requests-push"}
+    return {
+        "message": {
+            "data": base64.b64encode(data).decode(),
+            "attributes": attributes or {},
+            "messageId": "17",
+            "publishTime": "2026-11-21T19:00:00.000Z",
+        },
+        "subscription": f"projects/{PROJECT}/subscriptions/relaunch-requests-push",
+    }
 
 
 def push(http, body, token: str | None) -> requests.Response:
@@ -103,6 +115,7 @@ def push(http, body, token: str | None) -> requests.Response:
 
 
 # --- probes, metrics, job status ----------------------------------------------------------------
+
 
 def test_healthz_follows_liveness(server, app):
     ok = requests.get(base_url(server) + "/healthz", timeout=TIMEOUT)
@@ -152,6 +165,7 @@ def test_a_failing_handler_answers_500_and_the_server_keeps_serving(server, app)
 
 # --- push ---------------------------------------------------------------------------------------
 
+
 def test_authenticated_push_reaches_intake_and_is_acknowledged(server, app, pubsub):
     data = b'{"jobId": "demo-gpt", "spec": {}}'
     answer = push(server, envelope(data, {"kind": "submit"}), pubsub.mint_token(AUDIENCE, PUSHER))
@@ -192,9 +206,16 @@ def test_intake_failure_is_500_so_pubsub_redelivers(server, app, pubsub):
     assert answer.status_code == 500
 
 
-@pytest.mark.parametrize("body", [b"not json", b"[]", b'{"subscription": "s"}',
-                                  b'{"message": {"data": "***not base64***"}}',
-                                  b'{"message": {"data": "", "attributes": {"n": 1}}}'])
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"not json",
+        b"[]",
+        b'{"subscription": "s"}',
+        b'{"message": {"data": "***not base64***"}}',
+        b'{"message": {"data": "", "attributes": {"n": 1}}}',
+    ],
+)
 def test_malformed_envelope_is_400(server, app, pubsub, body):
     assert push(server, body, pubsub.mint_token(AUDIENCE, PUSHER)).status_code == 400
     assert app.calls == []
@@ -211,13 +232,17 @@ def test_pubsub_stand_in_pushes_a_published_request_end_to_end(server, app, pubs
     monkeypatch.setenv("PUBSUB_EMULATOR_HOST", pubsub.host_port)
     publisher, subscriber = pubsub_v1.PublisherClient(), pubsub_v1.SubscriberClient()
     topic = publisher.create_topic(name=f"projects/{PROJECT}/topics/e2e-requests").name
-    subscriber.create_subscription(request={
-        "name": f"projects/{PROJECT}/subscriptions/e2e-requests-push",
-        "topic": topic,
-        "ack_deadline_seconds": 10,
-        "push_config": {"push_endpoint": push_url(server),
-                        "oidc_token": {"service_account_email": PUSHER, "audience": AUDIENCE}},
-    })
+    subscriber.create_subscription(
+        request={
+            "name": f"projects/{PROJECT}/subscriptions/e2e-requests-push",
+            "topic": topic,
+            "ack_deadline_seconds": 10,
+            "push_config": {
+                "push_endpoint": push_url(server),
+                "oidc_token": {"service_account_email": PUSHER, "audience": AUDIENCE},
+            },
+        }
+    )
     data = '{"jobId": "demo-gpt", "note": "ünïcode"}'.encode()
     publisher.publish(topic, data, kind="submit", requester="alice").result(timeout=TIMEOUT)
 

@@ -1,4 +1,5 @@
 """Leader lease on the GCS stand-in, with a hand-driven clock (no sleeping for expiry)."""
+
 from __future__ import annotations
 
 import itertools
@@ -53,6 +54,7 @@ def make_lease(gcs_client, clock):
 
     def make(holder: str, client=None) -> Lease:
         return Lease(BUCKET, name, holder, DURATION, client=client or gcs_client, clock=clock)
+
     return make
 
 
@@ -165,13 +167,13 @@ def test_stale_leaders_store_write_is_refused(make_lease, clock, gcs_client):
     clock.advance(DURATION + 1)  # a stalls past its lease
     assert b.try_acquire()
     current = store.get("jobs/demo-gpt")
-    version = store.put("jobs/demo-gpt", {"phase": "resubmitting", "by": "b"},
-                        expected_version=current.version, fence=b.fence)
+    version = store.put(
+        "jobs/demo-gpt", {"phase": "resubmitting", "by": "b"}, expected_version=current.version, fence=b.fence
+    )
 
     # a wakes up, re-reads (so its version is current) and still must not write.
     with pytest.raises(Fenced):
-        store.put("jobs/demo-gpt", {"phase": "cancelled", "by": "a"},
-                  expected_version=version, fence=a.fence)
+        store.put("jobs/demo-gpt", {"phase": "cancelled", "by": "a"}, expected_version=version, fence=a.fence)
     assert store.get("jobs/demo-gpt").document["by"] == "b"
 
 

@@ -1,4 +1,5 @@
 """Push token verification against the Pub/Sub stand-in's real RS256 tokens and certs URL."""
+
 from __future__ import annotations
 
 import pytest
@@ -35,8 +36,18 @@ def test_valid_token_yields_its_claims(pubsub, verifier):
     assert claims.subject
 
 
-@pytest.mark.parametrize("header", [None, "", "Basic dXNlcjpwdw==", "Bearer", "Bearer not-a-jwt",
-                                    "Bearer a.b.c", "Bearer eyJhbGciOiJub25lIn0.e30."])
+@pytest.mark.parametrize(
+    "header",
+    [
+        None,
+        "",
+        "Basic dXNlcjpwdw==",
+        "Bearer",
+        "Bearer not-a-jwt",
+        "Bearer a.b.c",
+        "Bearer eyJhbGciOiJub25lIn0.e30.",
+    ],
+)
 def test_absent_or_malformed_authorization_is_401(verifier, header):
     assert refused(verifier, header).status == 401
 

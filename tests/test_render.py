@@ -1,4 +1,5 @@
 """The CustomJob Relaunch submits for attempt N of a request."""
+
 from __future__ import annotations
 
 import json
@@ -12,19 +13,30 @@ from controller.request import parse_request
 Strategy = aiplatform_v1.Scheduling.Strategy
 
 
-def request(display_name=None, strategy="SPOT", labels=None, user_env=None, extra_pools=None, scheduling=None):
+def request(
+    display_name=None, strategy="SPOT", labels=None, user_env=None, extra_pools=None, scheduling=None
+):
     chief = {
         "replicaCount": 1,
-        "machineSpec": {"machineType": "a3-highgpu-8g", "acceleratorType": "NVIDIA_H100_80GB", "acceleratorCount": 8},
+        "machineSpec": {
+            "machineType": "a3-highgpu-8g",
+            "acceleratorType": "NVIDIA_H100_80GB",
+            "acceleratorCount": 8,
+        },
         "containerSpec": {"imageUri": "us-docker.pkg.dev/p/r/trainer:1", "env": user_env or []},
     }
-    workers = {"replicaCount": 3, "machineSpec": {"machineType": "a3-highgpu-8g"},
-               "containerSpec": {"imageUri": "us-docker.pkg.dev/p/r/trainer:1"}}
+    workers = {
+        "replicaCount": 3,
+        "machineSpec": {"machineType": "a3-highgpu-8g"},
+        "containerSpec": {"imageUri": "us-docker.pkg.dev/p/r/trainer:1"},
+    }
     document = {
         "jobId": "llama-ft-001",
         "jobSpec": {
             "workerPoolSpecs": [chief, workers] + (extra_pools or []),
-            "scheduling": scheduling if scheduling is not None else ({"strategy": strategy} if strategy else {}),
+            "scheduling": scheduling
+            if scheduling is not None
+            else ({"strategy": strategy} if strategy else {}),
         },
         "checkpoint": {"uri": "gs://acme-ckpt/llama-ft-001"},
         "labels": labels or {},
@@ -41,15 +53,23 @@ def env_of(container) -> dict[str, str]:
 def test_labels_are_the_requests_plus_relaunchs_own():
     job = build_custom_job(request(labels={"team": "research"}), 2)
     assert dict(job.labels) == {
-        "team": "research", "relaunch-job": "llama-ft-001", "relaunch-attempt": "2", "managed-by": "relaunch",
+        "team": "research",
+        "relaunch-job": "llama-ft-001",
+        "relaunch-attempt": "2",
+        "managed-by": "relaunch",
     }
     assert labels_for("llama-ft-001", 2) == {
-        "relaunch-job": "llama-ft-001", "relaunch-attempt": "2", "managed-by": "relaunch",
+        "relaunch-job": "llama-ft-001",
+        "relaunch-attempt": "2",
+        "managed-by": "relaunch",
     }
 
 
 def test_display_name_carries_the_attempt():
-    assert build_custom_job(request(display_name="Llama fine-tune"), 3).display_name == "Llama fine-tune [attempt 3]"
+    assert (
+        build_custom_job(request(display_name="Llama fine-tune"), 3).display_name
+        == "Llama fine-tune [attempt 3]"
+    )
     assert build_custom_job(request(), 1).display_name == "llama-ft-001 [attempt 1]"
 
 
@@ -91,32 +111,57 @@ def test_user_cannot_override_relaunch_variables_but_keeps_their_own():
 
 
 def test_empty_placeholder_pools_stay_empty():
-    job = build_custom_job(request(extra_pools=[{}, {"replicaCount": 1, "machineSpec": {"machineType": "n1-standard-8"},
-                                                     "containerSpec": {"imageUri": "us-docker.pkg.dev/p/r/eval:1"}}]), 1)
+    job = build_custom_job(
+        request(
+            extra_pools=[
+                {},
+                {
+                    "replicaCount": 1,
+                    "machineSpec": {"machineType": "n1-standard-8"},
+                    "containerSpec": {"imageUri": "us-docker.pkg.dev/p/r/eval:1"},
+                },
+            ]
+        ),
+        1,
+    )
     pools = job.job_spec.worker_pool_specs
     assert aiplatform_v1.WorkerPoolSpec.pb(pools[2]).ByteSize() == 0
     assert env_of(pools[3].container_spec)["RELAUNCH_JOB_ID"] == "llama-ft-001"
 
 
 def test_python_package_pools_get_the_environment_too():
-    parsed = parse_request({
-        "jobId": "pkg-job",
-        "jobSpec": {"workerPoolSpecs": [{
-            "replicaCount": 1, "machineSpec": {"machineType": "n1-standard-8"},
-            "pythonPackageSpec": {"executorImageUri": "us-docker.pkg.dev/vertex-ai/training/pytorch:latest",
-                                  "packageUris": ["gs://acme-pkgs/t.tar.gz"], "pythonModule": "trainer"}}]},
-        "checkpoint": {"uri": "gs://acme-ckpt/pkg-job"},
-    })
+    parsed = parse_request(
+        {
+            "jobId": "pkg-job",
+            "jobSpec": {
+                "workerPoolSpecs": [
+                    {
+                        "replicaCount": 1,
+                        "machineSpec": {"machineType": "n1-standard-8"},
+                        "pythonPackageSpec": {
+                            "executorImageUri": "us-docker.pkg.dev/vertex-ai/training/pytorch:latest",
+                            "packageUris": ["gs://acme-pkgs/t.tar.gz"],
+                            "pythonModule": "trainer",
+                        },
+                    }
+                ]
+            },
+            "checkpoint": {"uri": "gs://acme-ckpt/pkg-job"},
+        }
+    )
     job = build_custom_job(parsed, 1)
     assert env_of(job.job_spec.worker_pool_specs[0].python_package_spec)["RELAUNCH_ATTEMPT"] == "1"
 
 
-@pytest.mark.parametrize("strategy, expected", [
-    (None, Strategy.SPOT),          # unset means Spot: Relaunch exists for Spot capacity
-    ("SPOT", Strategy.SPOT),
-    ("FLEX_START", Strategy.FLEX_START),
-    ("ON_DEMAND", Strategy.ON_DEMAND),
-])
+@pytest.mark.parametrize(
+    "strategy, expected",
+    [
+        (None, Strategy.SPOT),  # unset means Spot: Relaunch exists for Spot capacity
+        ("SPOT", Strategy.SPOT),
+        ("FLEX_START", Strategy.FLEX_START),
+        ("ON_DEMAND", Strategy.ON_DEMAND),
+    ],
+)
 def test_strategy_is_kept_and_defaults_to_spot(strategy, expected):
     assert build_custom_job(request(strategy=strategy), 1).job_spec.scheduling.strategy == expected
 

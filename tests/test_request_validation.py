@@ -1,4 +1,5 @@
 """Job request format v1: what is accepted, and how each mistake is reported."""
+
 from __future__ import annotations
 
 import copy
@@ -21,9 +22,15 @@ from controller.request import (
 def pool(replicas: int = 1, **extra) -> dict:
     spec = {
         "replicaCount": replicas,
-        "machineSpec": {"machineType": "a2-highgpu-1g", "acceleratorType": "NVIDIA_TESLA_A100",
-                        "acceleratorCount": 1},
-        "containerSpec": {"imageUri": "us-docker.pkg.dev/p/r/trainer:1", "command": ["python", "-m", "trainer"]},
+        "machineSpec": {
+            "machineType": "a2-highgpu-1g",
+            "acceleratorType": "NVIDIA_TESLA_A100",
+            "acceleratorCount": 1,
+        },
+        "containerSpec": {
+            "imageUri": "us-docker.pkg.dev/p/r/trainer:1",
+            "command": ["python", "-m", "trainer"],
+        },
     }
     spec.update(extra)
     return spec
@@ -67,9 +74,11 @@ def test_minimal_request_gets_documented_defaults():
     assert parsed.labels == {}
     assert parsed.checkpoint_uri == "gs://acme-ckpt/llama-ft-001"
     assert parsed.restart_policy == RestartPolicy(
-        max_failures=3, max_preemptions=None,
+        max_failures=3,
+        max_preemptions=None,
         backoff=Backoff(initial_seconds=30.0, multiplier=2.0, max_seconds=1800.0, jitter=0.2),
-        crash_loop_attempts=3, on_demand_after_preemptions=None,
+        crash_loop_attempts=3,
+        on_demand_after_preemptions=None,
     )
 
 
@@ -82,15 +91,23 @@ def test_job_spec_is_a_vertex_custom_job_spec():
 
 
 def test_full_restart_policy_is_carried_into_the_policy_object():
-    parsed = parse_request(request(restartPolicy={
-        "maxFailures": 0, "maxPreemptions": 20,
-        "backoff": {"initialSeconds": 5, "multiplier": 1, "maxSeconds": 5, "jitter": 0},
-        "crashLoopAttempts": 1, "onDemandAfterPreemptions": 4,
-    }))
+    parsed = parse_request(
+        request(
+            restartPolicy={
+                "maxFailures": 0,
+                "maxPreemptions": 20,
+                "backoff": {"initialSeconds": 5, "multiplier": 1, "maxSeconds": 5, "jitter": 0},
+                "crashLoopAttempts": 1,
+                "onDemandAfterPreemptions": 4,
+            }
+        )
+    )
     assert parsed.restart_policy == RestartPolicy(
-        max_failures=0, max_preemptions=20,
+        max_failures=0,
+        max_preemptions=20,
         backoff=Backoff(initial_seconds=5.0, multiplier=1.0, max_seconds=5.0, jitter=0.0),
-        crash_loop_attempts=1, on_demand_after_preemptions=4,
+        crash_loop_attempts=1,
+        on_demand_after_preemptions=4,
     )
 
 
@@ -121,9 +138,13 @@ def test_empty_pool_placeholders_are_allowed_after_the_chief():
 
 def test_python_package_pools_are_accepted():
     package_pool = {
-        "replicaCount": 1, "machineSpec": {"machineType": "n1-standard-8"},
-        "pythonPackageSpec": {"executorImageUri": "us-docker.pkg.dev/vertex-ai/training/pytorch:latest",
-                              "packageUris": ["gs://acme-pkgs/trainer-1.0.tar.gz"], "pythonModule": "trainer"},
+        "replicaCount": 1,
+        "machineSpec": {"machineType": "n1-standard-8"},
+        "pythonPackageSpec": {
+            "executorImageUri": "us-docker.pkg.dev/vertex-ai/training/pytorch:latest",
+            "packageUris": ["gs://acme-pkgs/trainer-1.0.tar.gz"],
+            "pythonModule": "trainer",
+        },
     }
     parsed = parse_request(request(jobSpec={"workerPoolSpecs": [package_pool]}))
     assert parsed.job_spec.worker_pool_specs[0].python_package_spec.python_module == "trainer"
@@ -144,10 +165,13 @@ def test_trailing_slash_of_checkpoint_uri_is_dropped():
 
 
 def test_to_json_round_trips_to_an_equal_request():
-    original = parse_request(request(
-        displayName="Llama fine-tune", labels={"team": "research"},
-        restartPolicy={"maxPreemptions": 9, "onDemandAfterPreemptions": 3},
-    ))
+    original = parse_request(
+        request(
+            displayName="Llama fine-tune",
+            labels={"team": "research"},
+            restartPolicy={"maxPreemptions": 9, "onDemandAfterPreemptions": 3},
+        )
+    )
     again = parse_request(original.to_json())
     assert again == original
     assert again.to_json() == original.to_json()
@@ -247,17 +271,24 @@ def test_missing_required_fields():
     }
 
 
-@pytest.mark.parametrize("job_id", ["Upper", "1starts-with-digit", "ends-with-", "has_underscore", "a" * 64, ""])
+@pytest.mark.parametrize(
+    "job_id", ["Upper", "1starts-with-digit", "ends-with-", "has_underscore", "a" * 64, ""]
+)
 def test_job_id_rule(job_id):
     assert fields_of(request(jobId=job_id)) == ["jobId"]
 
 
 def test_unknown_top_level_field_suggests_the_right_name():
-    assert str(problems_of(request(restartPolicies={}))[0]) == "restartPolicies: unknown field; did you mean 'restartPolicy'?"
+    assert (
+        str(problems_of(request(restartPolicies={}))[0])
+        == "restartPolicies: unknown field; did you mean 'restartPolicy'?"
+    )
 
 
 def test_unknown_nested_field_is_reported_with_its_path():
-    assert fields_of(request(restartPolicy={"backoff": {"initialSecs": 1}})) == ["restartPolicy.backoff.initialSecs"]
+    assert fields_of(request(restartPolicy={"backoff": {"initialSecs": 1}})) == [
+        "restartPolicy.backoff.initialSecs"
+    ]
 
 
 def test_display_name_length_leaves_room_for_the_attempt_suffix():
@@ -265,55 +296,68 @@ def test_display_name_length_leaves_room_for_the_attempt_suffix():
     assert fields_of(request(displayName="d" * 101)) == ["displayName"]
 
 
-@pytest.mark.parametrize("uri", [
-    "gs://acme-ckpt",                # bucket root
-    "gs://Acme/ckpt",                # uppercase bucket
-    "gs://ab/ckpt",                  # too short
-    "gs://my-google-bucket/ckpt",    # contains google
-    "gs://192.168.1.1/ckpt",         # looks like an IP address
-    "gs://acme-ckpt/a//b",           # empty segment
-    "s3://acme-ckpt/ckpt",           # other cloud
-    "/local/path",                   # no scheme
-])
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "gs://acme-ckpt",  # bucket root
+        "gs://Acme/ckpt",  # uppercase bucket
+        "gs://ab/ckpt",  # too short
+        "gs://my-google-bucket/ckpt",  # contains google
+        "gs://192.168.1.1/ckpt",  # looks like an IP address
+        "gs://acme-ckpt/a//b",  # empty segment
+        "s3://acme-ckpt/ckpt",  # other cloud
+        "/local/path",  # no scheme
+    ],
+)
 def test_checkpoint_uri_rule(uri):
     assert fields_of(request(checkpoint={"uri": uri})) == ["checkpoint.uri"]
 
 
 def test_relative_local_checkpoint_path_is_rejected():
-    assert fields_of(request(checkpoint={"uri": "file://relative/dir"}), allow_local_checkpoints=True) == ["checkpoint.uri"]
+    assert fields_of(request(checkpoint={"uri": "file://relative/dir"}), allow_local_checkpoints=True) == [
+        "checkpoint.uri"
+    ]
 
 
-@pytest.mark.parametrize("policy, field", [
-    ({"maxFailures": -1}, "restartPolicy.maxFailures"),
-    ({"maxFailures": True}, "restartPolicy.maxFailures"),
-    ({"maxFailures": "3"}, "restartPolicy.maxFailures"),
-    ({"maxPreemptions": -1}, "restartPolicy.maxPreemptions"),
-    ({"crashLoopAttempts": 0}, "restartPolicy.crashLoopAttempts"),
-    ({"onDemandAfterPreemptions": 0}, "restartPolicy.onDemandAfterPreemptions"),
-    ({"backoff": {"initialSeconds": -1}}, "restartPolicy.backoff.initialSeconds"),
-    ({"backoff": {"multiplier": 0.5}}, "restartPolicy.backoff.multiplier"),
-    ({"backoff": {"jitter": 1}}, "restartPolicy.backoff.jitter"),
-    ({"backoff": {"jitter": -0.1}}, "restartPolicy.backoff.jitter"),
-    ({"backoff": {"initialSeconds": float("nan")}}, "restartPolicy.backoff.initialSeconds"),
-])
+@pytest.mark.parametrize(
+    "policy, field",
+    [
+        ({"maxFailures": -1}, "restartPolicy.maxFailures"),
+        ({"maxFailures": True}, "restartPolicy.maxFailures"),
+        ({"maxFailures": "3"}, "restartPolicy.maxFailures"),
+        ({"maxPreemptions": -1}, "restartPolicy.maxPreemptions"),
+        ({"crashLoopAttempts": 0}, "restartPolicy.crashLoopAttempts"),
+        ({"onDemandAfterPreemptions": 0}, "restartPolicy.onDemandAfterPreemptions"),
+        ({"backoff": {"initialSeconds": -1}}, "restartPolicy.backoff.initialSeconds"),
+        ({"backoff": {"multiplier": 0.5}}, "restartPolicy.backoff.multiplier"),
+        ({"backoff": {"jitter": 1}}, "restartPolicy.backoff.jitter"),
+        ({"backoff": {"jitter": -0.1}}, "restartPolicy.backoff.jitter"),
+        ({"backoff": {"initialSeconds": float("nan")}}, "restartPolicy.backoff.initialSeconds"),
+    ],
+)
 def test_restart_policy_rule(policy, field):
     assert fields_of(request(restartPolicy=policy)) == [field]
 
 
 def test_backoff_max_must_not_be_below_initial():
-    reason = reason_for(request(restartPolicy={"backoff": {"initialSeconds": 60, "maxSeconds": 30}}),
-                        "restartPolicy.backoff.maxSeconds")
+    reason = reason_for(
+        request(restartPolicy={"backoff": {"initialSeconds": 60, "maxSeconds": 30}}),
+        "restartPolicy.backoff.maxSeconds",
+    )
     assert reason == "must be >= initialSeconds (60) (got 30)"
 
 
-@pytest.mark.parametrize("labels, field", [
-    ({"Team": "x"}, "labels.Team"),
-    ({"1team": "x"}, "labels.1team"),
-    ({"team": "Research"}, "labels.team"),
-    ({"team": "a" * 64}, "labels.team"),
-    ({"k" * 64: "x"}, "labels." + "k" * 64),
-    ({"team": 7}, "labels.team"),
-])
+@pytest.mark.parametrize(
+    "labels, field",
+    [
+        ({"Team": "x"}, "labels.Team"),
+        ({"1team": "x"}, "labels.1team"),
+        ({"team": "Research"}, "labels.team"),
+        ({"team": "a" * 64}, "labels.team"),
+        ({"k" * 64: "x"}, "labels." + "k" * 64),
+        ({"team": 7}, "labels.team"),
+    ],
+)
 def test_label_rule(labels, field):
     assert fields_of(request(labels=labels)) == [field]
 
@@ -346,8 +390,12 @@ def test_typo_inside_job_spec_is_rejected_by_the_vertex_types():
 
 
 def test_wrong_enum_value_lists_the_choices():
-    reason = reason_for(spec_with(lambda s: s["scheduling"].update(strategy="SPOTTY")), "jobSpec.scheduling.strategy")
-    assert "SPOT" in reason and "ON_DEMAND" in reason and "FLEX_START" in reason and '(got "SPOTTY")' in reason
+    reason = reason_for(
+        spec_with(lambda s: s["scheduling"].update(strategy="SPOTTY")), "jobSpec.scheduling.strategy"
+    )
+    assert (
+        "SPOT" in reason and "ON_DEMAND" in reason and "FLEX_START" in reason and '(got "SPOTTY")' in reason
+    )
 
 
 def test_wrong_value_types_inside_job_spec():
@@ -355,6 +403,7 @@ def test_wrong_value_types_inside_job_spec():
         spec["scheduling"]["timeout"] = "2h"
         spec["workerPoolSpecs"][1]["replicaCount"] = "three"
         spec["workerPoolSpecs"][0]["containerSpec"]["command"] = "python -m trainer"
+
     assert set(fields_of(spec_with(break_types))) == {
         "jobSpec.scheduling.timeout",
         "jobSpec.workerPoolSpecs[1].replicaCount",
@@ -363,7 +412,9 @@ def test_wrong_value_types_inside_job_spec():
 
 
 def test_snake_case_vertex_names_are_accepted_like_gcloud_does():
-    document = spec_with(lambda s: s["workerPoolSpecs"][0].update(replica_count=s["workerPoolSpecs"][0].pop("replicaCount")))
+    document = spec_with(
+        lambda s: s["workerPoolSpecs"][0].update(replica_count=s["workerPoolSpecs"][0].pop("replicaCount"))
+    )
     assert parse_request(document).job_spec.worker_pool_specs[0].replica_count == 1
 
 
@@ -387,11 +438,15 @@ def test_chief_pool_must_have_exactly_one_replica():
 
 
 def test_chief_pool_must_not_be_empty():
-    assert fields_of(spec_with(lambda s: s["workerPoolSpecs"].__setitem__(0, {}))) == ["jobSpec.workerPoolSpecs[0]"]
+    assert fields_of(spec_with(lambda s: s["workerPoolSpecs"].__setitem__(0, {}))) == [
+        "jobSpec.workerPoolSpecs[0]"
+    ]
 
 
 def test_at_most_four_pools():
-    assert fields_of(spec_with(lambda s: s.update(workerPoolSpecs=[pool(1)] + [pool(1)] * 4))) == ["jobSpec.workerPoolSpecs"]
+    assert fields_of(spec_with(lambda s: s.update(workerPoolSpecs=[pool(1)] + [pool(1)] * 4))) == [
+        "jobSpec.workerPoolSpecs"
+    ]
 
 
 def test_non_empty_pool_needs_a_positive_replica_count():
@@ -407,8 +462,9 @@ def test_pool_needs_an_image():
 
 
 def test_python_package_pool_needs_its_parts():
-    document = spec_with(lambda s: s["workerPoolSpecs"][1].update(
-        containerSpec=None, pythonPackageSpec={"args": ["--x"]}))
+    document = spec_with(
+        lambda s: s["workerPoolSpecs"][1].update(containerSpec=None, pythonPackageSpec={"args": ["--x"]})
+    )
     assert set(fields_of(document)) == {
         "jobSpec.workerPoolSpecs[1].pythonPackageSpec.executorImageUri",
         "jobSpec.workerPoolSpecs[1].pythonPackageSpec.packageUris",
@@ -429,6 +485,7 @@ def test_accelerator_count_needs_a_type():
 def test_env_limit_leaves_room_for_relaunch_variables():
     def env(count):
         return [{"name": f"VAR_{i}", "value": "x"} for i in range(count)]
+
     fits = spec_with(lambda s: s["workerPoolSpecs"][0]["containerSpec"].update(env=env(96)))
     assert parse_request(fits)
     too_many = spec_with(lambda s: s["workerPoolSpecs"][0]["containerSpec"].update(env=env(97)))
@@ -436,21 +493,26 @@ def test_env_limit_leaves_room_for_relaunch_variables():
 
 
 def test_env_names_must_be_variable_names():
-    document = spec_with(lambda s: s["workerPoolSpecs"][0]["containerSpec"].update(env=[{"name": "MY-VAR", "value": "1"}]))
+    document = spec_with(
+        lambda s: s["workerPoolSpecs"][0]["containerSpec"].update(env=[{"name": "MY-VAR", "value": "1"}])
+    )
     assert fields_of(document) == ["jobSpec.workerPoolSpecs[0].containerSpec.env[0].name"]
 
 
 def test_type_and_rule_problems_are_reported_together_without_repeats():
     def break_everything(spec):
-        spec["workerPoolSpecs"][0]["replicaCount"] = "one"            # type problem
-        spec["workerPoolSpecs"][1]["replicaCount"] = 0                # rule problem
+        spec["workerPoolSpecs"][0]["replicaCount"] = "one"  # type problem
+        spec["workerPoolSpecs"][1]["replicaCount"] = 0  # rule problem
         spec["workerPoolSpecs"][1]["machineSpec"]["machineTyp"] = "x"  # typo
+
     fields = fields_of(spec_with(break_everything))
-    assert sorted(fields) == sorted([
-        "jobSpec.workerPoolSpecs[0].replicaCount",
-        "jobSpec.workerPoolSpecs[1].replicaCount",
-        "jobSpec.workerPoolSpecs[1].machineSpec.machineTyp",
-    ])
+    assert sorted(fields) == sorted(
+        [
+            "jobSpec.workerPoolSpecs[0].replicaCount",
+            "jobSpec.workerPoolSpecs[1].replicaCount",
+            "jobSpec.workerPoolSpecs[1].machineSpec.machineTyp",
+        ]
+    )
 
 
 def test_job_spec_must_be_an_object():
@@ -473,16 +535,40 @@ def test_input_mapping_is_not_modified():
 
 
 def test_odd_values_the_library_chokes_on_are_reported_not_raised():
-    document = spec_with(lambda s: s["workerPoolSpecs"][0]["machineSpec"].update(acceleratorType=float("inf")))
+    document = spec_with(
+        lambda s: s["workerPoolSpecs"][0]["machineSpec"].update(acceleratorType=float("inf"))
+    )
     assert fields_of(document) == ["jobSpec.workerPoolSpecs[0].machineSpec.acceleratorType"]
 
 
-ODD_VALUES = [None, True, 0, -1, 1.5, 2**70, "", "x", [], {}, [None], [{}], float("inf"), float("nan"), "\u0000"]
+ODD_VALUES = [
+    None,
+    True,
+    0,
+    -1,
+    1.5,
+    2**70,
+    "",
+    "x",
+    [],
+    {},
+    [None],
+    [{}],
+    float("inf"),
+    float("nan"),
+    "\u0000",
+]
 
 
 def _all_paths(document, prefix=()):
     yield prefix
-    children = document.items() if isinstance(document, dict) else enumerate(document) if isinstance(document, list) else ()
+    children = (
+        document.items()
+        if isinstance(document, dict)
+        else enumerate(document)
+        if isinstance(document, list)
+        else ()
+    )
     for key, child in children:
         yield from _all_paths(child, (*prefix, key))
 

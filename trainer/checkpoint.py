@@ -26,7 +26,14 @@ import torch.distributed as dist
 
 from trainer import fault_hooks, layout
 from trainer.config import ConfigError, JobIdentity
-from trainer.storage import Storage, list_committed_steps, list_step_dirs, open_storage, read_marker, sha256_of_file
+from trainer.storage import (
+    Storage,
+    list_committed_steps,
+    list_step_dirs,
+    open_storage,
+    read_marker,
+    sha256_of_file,
+)
 
 
 def rank_state_name(rank: int) -> str:
@@ -115,10 +122,12 @@ class Checkpointer:
     def _run_in_background(self, *args) -> None:
         try:
             self._result = self._complete(*args)
-        except BaseException as exc:  # noqa: BLE001 - handed to the main thread by wait()
+        except BaseException as exc:  # handed to the main thread by wait()
             self._error = exc
 
-    def _complete(self, step, staging, objects: dict[str, Any], started, blocking_seconds: float | None) -> SaveResult:
+    def _complete(
+        self, step, staging, objects: dict[str, Any], started, blocking_seconds: float | None
+    ) -> SaveResult:
         upload_started = time.monotonic()
         files: list[layout.FileEntry] = []
         ok = True
@@ -126,7 +135,7 @@ class Checkpointer:
             for name, obj in objects.items():
                 torch.save(obj, os.path.join(staging, name))
             files = self._upload_directory(staging, step)
-        except Exception as exc:  # noqa: BLE001 - an upload failure only costs this checkpoint
+        except Exception as exc:  # an upload failure only costs this checkpoint
             ok = False
             self.log.warning("checkpoint upload failed", step=step, error=f"{type(exc).__name__}: {exc}")
         everyone: list = [None] * self.world_size
@@ -148,7 +157,11 @@ class Checkpointer:
         if self.rank == 0:
             event = "checkpoint committed" if committed else "checkpoint not committed"
             (self.log.info if committed else self.log.warning)(
-                event, step=step, bytes=size, files=len(all_files), blocking_seconds=round(blocking_seconds, 4),
+                event,
+                step=step,
+                bytes=size,
+                files=len(all_files),
+                blocking_seconds=round(blocking_seconds, 4),
                 upload_seconds=round(upload_seconds, 4),
             )
             if committed:
@@ -170,13 +183,20 @@ class Checkpointer:
         paths = [f.path for f in files]
         if len(paths) != len(set(paths)):
             # Two ranks wrote the same name: one overwrote the other, so the manifest cannot hold.
-            self.log.error("two ranks uploaded the same checkpoint file; not committing", step=step,
-                           duplicates=sorted({p for p in paths if paths.count(p) > 1}))
+            self.log.error(
+                "two ranks uploaded the same checkpoint file; not committing",
+                step=step,
+                duplicates=sorted({p for p in paths if paths.count(p) > 1}),
+            )
             return False
         fault_hooks.pause_before_commit(step, self.log)
         marker = layout.CommitMarker(
-            step=step, world_size=self.world_size, engine=self.engine_name,
-            job_id=self.identity.job_id, attempt=self.identity.attempt, files=tuple(files),
+            step=step,
+            world_size=self.world_size,
+            engine=self.engine_name,
+            job_id=self.identity.job_id,
+            attempt=self.identity.attempt,
+            files=tuple(files),
         )
         key = layout.commit_marker_path(layout.step_dir_name(step))
         if self.store.create_only(key, marker.to_json().encode()):
@@ -253,10 +273,14 @@ class Checkpointer:
                 target = os.path.join(local, *path.split("/"))
                 source.download_file(f"{step_dir}/{path}", target)
                 if os.path.getsize(target) != entry.size or sha256_of_file(target) != entry.sha256:
-                    self.log.warning("checkpoint file does not match its manifest", step=marker.step, path=path)
+                    self.log.warning(
+                        "checkpoint file does not match its manifest", step=marker.step, path=path
+                    )
                     return False
-        except Exception as exc:  # noqa: BLE001 - any failure: try an older one
-            self.log.warning("checkpoint download failed", step=marker.step, error=f"{type(exc).__name__}: {exc}")
+        except Exception as exc:  # any failure: try an older one
+            self.log.warning(
+                "checkpoint download failed", step=marker.step, error=f"{type(exc).__name__}: {exc}"
+            )
             return False
         return True
 

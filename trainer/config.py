@@ -60,8 +60,12 @@ def _non_negative(kind):
 
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m trainer", description="Relaunch trainer: one replica of a training job.")
-    p.add_argument("--model", default="trainer.examples.gpt:build_model", help="model factory, module:function")
-    p.add_argument("--data", default="trainer.examples.gpt:build_dataset", help="dataset factory, module:function")
+    p.add_argument(
+        "--model", default="trainer.examples.gpt:build_model", help="model factory, module:function"
+    )
+    p.add_argument(
+        "--data", default="trainer.examples.gpt:build_dataset", help="dataset factory, module:function"
+    )
     p.add_argument("--engine", choices=("ddp", "deepspeed"), default="ddp")
     p.add_argument("--zero-stage", type=int, choices=(1, 2, 3), default=2)
     p.add_argument("--deepspeed-config", default=None, help="DeepSpeed JSON config file, used as is")
@@ -80,8 +84,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rendezvous-timeout", type=_positive_int, default=300)
     p.add_argument("--checkpoint-uri", default=None, help="default: $RELAUNCH_CHECKPOINT_URI")
     p.add_argument("--resume-from", default=None, help="default: $RELAUNCH_RESUME_FROM")
-    p.add_argument("--synchronous-checkpoints", action="store_true",
-                   help="upload in the training loop instead of a background thread (benchmarks, debugging)")
+    p.add_argument(
+        "--synchronous-checkpoints",
+        action="store_true",
+        help="upload in the training loop instead of a background thread (benchmarks, debugging)",
+    )
     return p
 
 
@@ -132,10 +139,12 @@ class JobIdentity:
     attempt: int
 
     @classmethod
-    def from_env(cls, env: dict[str, str] | None = None) -> "JobIdentity":
+    def from_env(cls, env: dict[str, str] | None = None) -> JobIdentity:
         env = os.environ if env is None else env
         try:
             attempt = int(env.get("RELAUNCH_ATTEMPT") or 1)
         except ValueError:
-            raise ConfigError(f"RELAUNCH_ATTEMPT must be an integer, got {env.get('RELAUNCH_ATTEMPT')!r}") from None
+            raise ConfigError(
+                f"RELAUNCH_ATTEMPT must be an integer, got {env.get('RELAUNCH_ATTEMPT')!r}"
+            ) from None
         return cls(job_id=env.get("RELAUNCH_JOB_ID") or "local", attempt=attempt)

@@ -22,11 +22,21 @@ from trainer.node_status import ENV_VAR as STATUS_DIR_VAR
 from trainer.node_status import NodeStatus, WorkerOutcome
 
 # Severity order when workers disagree: the most telling code wins.
-_PRECEDENCE = (layout.EXIT_CONFIG, layout.EXIT_RUNTIME, layout.EXIT_PREEMPTED_UNSAVED,
-               layout.EXIT_PREEMPTED_SAVED, layout.EXIT_OK)
-_REASONS = {layout.EXIT_CONFIG: "config_error", layout.EXIT_RUNTIME: "runtime_error",
-            layout.EXIT_PREEMPTED_UNSAVED: "preempted", layout.EXIT_PREEMPTED_SAVED: "preempted",
-            layout.EXIT_RENDEZVOUS_TIMEOUT: "rendezvous_timeout", layout.EXIT_OK: "completed"}
+_PRECEDENCE = (
+    layout.EXIT_CONFIG,
+    layout.EXIT_RUNTIME,
+    layout.EXIT_PREEMPTED_UNSAVED,
+    layout.EXIT_PREEMPTED_SAVED,
+    layout.EXIT_OK,
+)
+_REASONS = {
+    layout.EXIT_CONFIG: "config_error",
+    layout.EXIT_RUNTIME: "runtime_error",
+    layout.EXIT_PREEMPTED_UNSAVED: "preempted",
+    layout.EXIT_PREEMPTED_SAVED: "preempted",
+    layout.EXIT_RENDEZVOUS_TIMEOUT: "rendezvous_timeout",
+    layout.EXIT_OK: "completed",
+}
 
 
 def combine_exit_codes(outcomes: list[WorkerOutcome | None], signalled: bool) -> int:
@@ -79,8 +89,9 @@ def check_factories(cfg: TrainConfig) -> None:
     load_factory(cfg.data, "--data")
 
 
-def launch_workers(argv: list[str], cfg: TrainConfig, topology: NodeTopology, nproc: int, status_dir: str,
-                   log) -> tuple[int, bool]:
+def launch_workers(
+    argv: list[str], cfg: TrainConfig, topology: NodeTopology, nproc: int, status_dir: str, log
+) -> tuple[int, bool]:
     """Run this node's workers (each gets the launcher's own command line) until they are done."""
     import torch
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, SignalException
@@ -105,8 +116,13 @@ def launch_workers(argv: list[str], cfg: TrainConfig, topology: NodeTopology, np
         logs_specs=DefaultLogsSpecs(log_dir=os.path.join(status_dir, "logs")),
         shutdown_timeout=int(cfg.grace_seconds) + 5,
     )
-    log.info("launching workers", nodes=topology.num_nodes, nproc_per_node=nproc,
-             master=f"{topology.master_addr}:{topology.master_port}", topology_source=topology.source)
+    log.info(
+        "launching workers",
+        nodes=topology.num_nodes,
+        nproc_per_node=nproc,
+        master=f"{topology.master_addr}:{topology.master_port}",
+        topology_source=topology.source,
+    )
     status = NodeStatus(status_dir)
     signalled = False
     started = time.monotonic()
@@ -117,12 +133,15 @@ def launch_workers(argv: list[str], cfg: TrainConfig, topology: NodeTopology, np
         log.warning("launcher got a termination signal; workers were told to stop", signal=str(exc.sigval))
     except ChildFailedError:
         pass  # the workers' own outcomes below say why
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:  # best effort; the exit code is still returned
         if not status.any_started():
             # Nothing ran: the gang never assembled (static rendezvous store timed out).
-            print(f"relaunch-train: rendezvous failed after {time.monotonic() - started:.0f}s "
-                  f"(timeout {cfg.rendezvous_timeout}s, {topology.num_nodes} nodes at "
-                  f"{topology.master_addr}:{topology.master_port}): {exc}", file=sys.stderr)
+            print(
+                f"relaunch-train: rendezvous failed after {time.monotonic() - started:.0f}s "
+                f"(timeout {cfg.rendezvous_timeout}s, {topology.num_nodes} nodes at "
+                f"{topology.master_addr}:{topology.master_port}): {exc}",
+                file=sys.stderr,
+            )
             log.error("rendezvous timeout", error=str(exc), timeout_seconds=cfg.rendezvous_timeout)
             return layout.EXIT_RENDEZVOUS_TIMEOUT, False
         log.exception("launcher failed")
@@ -137,10 +156,18 @@ def write_fallback_exit_record(cfg: TrainConfig, identity: JobIdentity, code: in
 
     try:
         latest = latest_committed(cfg.checkpoint_uri)
-        write_exit_record(cfg.checkpoint_uri, layout.ExitRecord(
-            job_id=identity.job_id, attempt=identity.attempt, reason=_REASONS.get(code, "runtime_error"),
-            exit_code=code, step=None, last_committed_step=latest.step if latest else None,
-            checkpoint_saved=False, signal="SIGTERM" if code in (75, 76) else None,
-        ))
-    except Exception as exc:  # noqa: BLE001 - best effort; the exit code is still returned
+        write_exit_record(
+            cfg.checkpoint_uri,
+            layout.ExitRecord(
+                job_id=identity.job_id,
+                attempt=identity.attempt,
+                reason=_REASONS.get(code, "runtime_error"),
+                exit_code=code,
+                step=None,
+                last_committed_step=latest.step if latest else None,
+                checkpoint_saved=False,
+                signal="SIGTERM" if code in (75, 76) else None,
+            ),
+        )
+    except Exception as exc:
         log.warning("could not write exit record", error=str(exc))

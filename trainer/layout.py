@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 CHECKPOINT_FORMAT = "relaunch-checkpoint/v1"
 EXIT_FORMAT = "relaunch-exit/v1"
@@ -80,7 +80,7 @@ def split_checkpoint_dir(uri: str) -> tuple[str, int]:
 
 
 def utc_now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _require(doc: dict, key: str, kind: type | tuple[type, ...]):
@@ -138,7 +138,7 @@ class CommitMarker:
         )
 
     @classmethod
-    def from_json(cls, text: str | bytes) -> "CommitMarker":
+    def from_json(cls, text: str | bytes) -> CommitMarker:
         doc = _load(text)
         if doc.get("format") != CHECKPOINT_FORMAT:
             raise LayoutError(f"unknown checkpoint format {doc.get('format')!r}")
@@ -198,7 +198,7 @@ class ExitRecord:
         )
 
     @classmethod
-    def from_json(cls, text: str | bytes) -> "ExitRecord":
+    def from_json(cls, text: str | bytes) -> ExitRecord:
         doc = _load(text)
         if doc.get("format") != EXIT_FORMAT:
             raise LayoutError(f"unknown exit record format {doc.get('format')!r}")

@@ -8,8 +8,15 @@ import sys
 
 import structlog
 
-_SEVERITY = {"debug": "DEBUG", "info": "INFO", "warning": "WARNING", "warn": "WARNING",
-             "error": "ERROR", "exception": "ERROR", "critical": "CRITICAL"}
+_SEVERITY = {
+    "debug": "DEBUG",
+    "info": "INFO",
+    "warning": "WARNING",
+    "warn": "WARNING",
+    "error": "ERROR",
+    "exception": "ERROR",
+    "critical": "CRITICAL",
+}
 
 
 def _add_severity(_logger, method_name: str, event_dict: dict) -> dict:

@@ -26,8 +26,14 @@ class Progress:
     last_committed_step: int | None = None
 
 
-def train(cfg: TrainConfig, identity: JobIdentity, device: torch.device, flag: PreemptionFlag,
-          progress: Progress, log) -> int:
+def train(
+    cfg: TrainConfig,
+    identity: JobIdentity,
+    device: torch.device,
+    flag: PreemptionFlag,
+    progress: Progress,
+    log,
+) -> int:
     rank, world_size = dist.get_rank(), dist.get_world_size()
     build_model = load_factory(cfg.model, "--model")
     build_dataset = load_factory(cfg.data, "--data")
@@ -70,16 +76,26 @@ def train(cfg: TrainConfig, identity: JobIdentity, device: torch.device, flag: P
         if step % cfg.log_every == 0:
             elapsed = time.monotonic() - window_start
             samples = window_steps * cfg.batch_size * cfg.grad_accum * world_size
-            log.info("train", step=step, loss=mean_over_ranks(loss), samples_per_second=round(samples / elapsed, 2),
-                     step_seconds=round(elapsed / window_steps, 5))
+            log.info(
+                "train",
+                step=step,
+                loss=mean_over_ranks(loss),
+                samples_per_second=round(samples / elapsed, 2),
+                step_seconds=round(elapsed / window_steps, 5),
+            )
             window_start, window_steps = time.monotonic(), 0
 
         fault_hooks.hold_until_preempted(step, rank, flag, log)
-        time_due = (cfg.checkpoint_every_seconds > 0 and rank == 0
-                    and time.monotonic() - last_checkpoint_time >= cfg.checkpoint_every_seconds)
+        time_due = (
+            cfg.checkpoint_every_seconds > 0
+            and rank == 0
+            and time.monotonic() - last_checkpoint_time >= cfg.checkpoint_every_seconds
+        )
         signals = exchange_step_signals(flag.requested, time_due, device)
         if signals.stop:
-            return stop_for_preemption(cfg, identity, step, engine, checkpointer, trainer_state(), flag, device, log)
+            return stop_for_preemption(
+                cfg, identity, step, engine, checkpointer, trainer_state(), flag, device, log
+            )
 
         step_due = cfg.checkpoint_every_steps > 0 and step % cfg.checkpoint_every_steps == 0
         if (step_due or signals.checkpoint_due) and step < cfg.steps:
@@ -93,10 +109,22 @@ def train(cfg: TrainConfig, identity: JobIdentity, device: torch.device, flag: P
     final_loss = mean_over_ranks(loss)
     digest = engine.parameter_digest()
     if rank == 0:
-        record(cfg, identity, "completed", layout.EXIT_OK, step, checkpointer.last_committed_step,
-               saved=bool(final and final.committed))
-    log.info("training completed", step=step, final_loss=repr(final_loss), params_sha256=digest,
-             final_checkpoint=bool(final and final.committed))
+        record(
+            cfg,
+            identity,
+            "completed",
+            layout.EXIT_OK,
+            step,
+            checkpointer.last_committed_step,
+            saved=bool(final and final.committed),
+        )
+    log.info(
+        "training completed",
+        step=step,
+        final_loss=repr(final_loss),
+        params_sha256=digest,
+        final_checkpoint=bool(final and final.committed),
+    )
     checkpointer.close()
     return layout.EXIT_OK
 
@@ -112,14 +140,30 @@ def stop_for_preemption(cfg, identity, step, engine, checkpointer, state, flag, 
             result = checkpointer.save(step, engine, state, blocking=True)
             saved = bool(result and result.committed)
         else:
-            log.warning("emergency checkpoint skipped: does not fit the grace budget",
-                        seconds_left=round(seconds_left, 2), estimate_seconds=checkpointer.last_save_seconds)
+            log.warning(
+                "emergency checkpoint skipped: does not fit the grace budget",
+                seconds_left=round(seconds_left, 2),
+                estimate_seconds=checkpointer.last_save_seconds,
+            )
     code = layout.EXIT_PREEMPTED_SAVED if saved else layout.EXIT_PREEMPTED_UNSAVED
     if dist.get_rank() == 0:
-        record(cfg, identity, "preempted", code, step, checkpointer.last_committed_step, saved=saved,
-               signal=flag.signal_name or "SIGTERM")
-    log.warning("preempted", step=step, checkpoint_saved=saved, last_committed_step=checkpointer.last_committed_step,
-                exit_code=code)
+        record(
+            cfg,
+            identity,
+            "preempted",
+            code,
+            step,
+            checkpointer.last_committed_step,
+            saved=saved,
+            signal=flag.signal_name or "SIGTERM",
+        )
+    log.warning(
+        "preempted",
+        step=step,
+        checkpoint_saved=saved,
+        last_committed_step=checkpointer.last_committed_step,
+        exit_code=code,
+    )
     checkpointer.close()
     return code
 
@@ -130,13 +174,24 @@ def mean_over_ranks(value: torch.Tensor) -> float:
     return (total / dist.get_world_size()).item()
 
 
-def record(cfg, identity: JobIdentity, reason: str, code: int, step, last_committed, saved=False, signal=None):
+def record(
+    cfg, identity: JobIdentity, reason: str, code: int, step, last_committed, saved=False, signal=None
+):
     if not cfg.checkpoint_uri:
         return
-    write_exit_record(cfg.checkpoint_uri, layout.ExitRecord(
-        job_id=identity.job_id, attempt=identity.attempt, reason=reason, exit_code=code, step=step,
-        last_committed_step=last_committed, checkpoint_saved=saved, signal=signal,
-    ))
+    write_exit_record(
+        cfg.checkpoint_uri,
+        layout.ExitRecord(
+            job_id=identity.job_id,
+            attempt=identity.attempt,
+            reason=reason,
+            exit_code=code,
+            step=step,
+            last_committed_step=last_committed,
+            checkpoint_saved=saved,
+            signal=signal,
+        ),
+    )
 
 
 def log_resume(cfg, identity: JobIdentity, step: int, log) -> None:
@@ -144,5 +199,9 @@ def log_resume(cfg, identity: JobIdentity, step: int, log) -> None:
     if cfg.checkpoint_uri and identity.attempt > 1:
         previous = read_exit_record(cfg.checkpoint_uri, identity.attempt - 1)
     reached = previous.step if previous and previous.step is not None else None
-    log.info("resumed", from_step=step, previous_attempt_step=reached,
-             steps_recomputed=(reached - step) if reached is not None else None)
+    log.info(
+        "resumed",
+        from_step=step,
+        previous_attempt_step=reached,
+        steps_recomputed=(reached - step) if reached is not None else None,
+    )

@@ -25,7 +25,7 @@ class NodeStatus:
         self.directory = directory
 
     @classmethod
-    def from_env(cls) -> "NodeStatus":
+    def from_env(cls) -> NodeStatus:
         return cls(os.environ.get(ENV_VAR) or None)
 
     def _write(self, name: str, payload: dict) -> None:

@@ -17,7 +17,7 @@ class PreemptionFlag:
         self.signal_name: str | None = None
         self.received_at: float | None = None  # time.monotonic() of the first signal
 
-    def install(self, signals=(signal.SIGTERM,)) -> "PreemptionFlag":
+    def install(self, signals=(signal.SIGTERM,)) -> PreemptionFlag:
         for sig in signals:
             signal.signal(sig, self._on_signal)
         return self
@@ -54,7 +54,9 @@ def exchange_step_signals(stop_requested: bool, checkpoint_due: bool, device) ->
     return StepSignals(stop=bool(stop), checkpoint_due=bool(due))
 
 
-def emergency_save_fits(seconds_left: float, estimated_save_seconds: float | None, margin: float = 1.5) -> bool:
+def emergency_save_fits(
+    seconds_left: float, estimated_save_seconds: float | None, margin: float = 1.5
+) -> bool:
     """Whether an emergency save is worth starting.
 
     Without any estimate we try: a save cut short by SIGKILL never writes its marker, so the

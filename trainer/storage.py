@@ -215,7 +215,7 @@ class GcsStorage:
         for blob in self.client.list_blobs(self.bucket, prefix=self._dir_name(prefix)):
             try:
                 blob.delete()
-            except Exception:  # noqa: BLE001 - best effort: a leftover shard is harmless
+            except Exception:  # best effort: a leftover shard is harmless
                 pass
 
 

@@ -63,7 +63,7 @@ def run(argv: list[str], flag: PreemptionFlag) -> tuple[int, bool]:
     except ConfigError as exc:
         code, reason = layout.EXIT_CONFIG, "config_error"
         log.error("configuration error", error=str(exc))
-    except Exception as exc:  # noqa: BLE001 - every other failure is a runtime error (exit 70)
+    except Exception as exc:  # every other failure is a runtime error (exit 70)
         code, reason = layout.EXIT_RUNTIME, "runtime_error"
         log.exception("training failed", error=f"{type(exc).__name__}: {exc}", step=progress.step)
     written = False
@@ -71,7 +71,7 @@ def run(argv: list[str], flag: PreemptionFlag) -> tuple[int, bool]:
         try:
             record(cfg, identity, reason, code, progress.step, progress.last_committed_step)
             written = bool(cfg.checkpoint_uri)
-        except Exception as exc:  # noqa: BLE001 - the exit code still tells the story
+        except Exception as exc:  # the exit code still tells the story
             log.error("could not write exit record", error=str(exc))
     return code, written
 

@@ -1,4 +1,5 @@
 """`relaunch cancel JOB_ID`: ask the controller to stop a job for good."""
+
 from __future__ import annotations
 
 import argparse
@@ -18,9 +19,12 @@ Example:
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
-        "cancel", help="cancel a job (publishes a cancel request)",
+        "cancel",
+        help="cancel a job (publishes a cancel request)",
         description="Ask the controller to cancel a job: no more attempts, the running one stops.",
-        epilog=EXAMPLE, formatter_class=argparse.RawDescriptionHelpFormatter)
+        epilog=EXAMPLE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("job_id", metavar="JOB_ID", help="the job's jobId")
     parser.set_defaults(handler=run)
 

@@ -1,4 +1,5 @@
 """`relaunch controller`: run the daemon in the foreground."""
+
 from __future__ import annotations
 
 import argparse
@@ -19,8 +20,11 @@ Example (against devstack):
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
-        "controller", help="run the controller daemon (what Cloud Run hosts)",
-        description=EXAMPLE, formatter_class=argparse.RawDescriptionHelpFormatter)
+        "controller",
+        help="run the controller daemon (what Cloud Run hosts)",
+        description=EXAMPLE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.set_defaults(handler=run)
 
 

@@ -1,4 +1,5 @@
 """`relaunch demo`: devstack + controller + a real 2-node training job that is preempted and recovers."""
+
 from __future__ import annotations
 
 import argparse
@@ -20,25 +21,37 @@ Examples:
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
-        "demo", help="run the local end-to-end demo (preemption and exact resume)",
-        description=EXAMPLE, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--request", type=Path, default=None,
-                        help="job request to run (default: examples/demo.yaml)")
-    parser.add_argument("--steps", type=int, default=None,
-                        help="override the request's --steps (default: as in the file)")
-    parser.add_argument("--dir", type=Path, default=None,
-                        help="working directory for devstack data and logs (default: a temp dir)")
+        "demo",
+        help="run the local end-to-end demo (preemption and exact resume)",
+        description=EXAMPLE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--request", type=Path, default=None, help="job request to run (default: examples/demo.yaml)"
+    )
+    parser.add_argument(
+        "--steps", type=int, default=None, help="override the request's --steps (default: as in the file)"
+    )
+    parser.add_argument(
+        "--dir",
+        type=Path,
+        default=None,
+        help="working directory for devstack data and logs (default: a temp dir)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the working directory afterwards")
-    parser.add_argument("--timeout", type=float, default=600.0,
-                        help="give up on a job after this many seconds (default 600)")
+    parser.add_argument(
+        "--timeout", type=float, default=600.0, help="give up on a job after this many seconds (default 600)"
+    )
     parser.set_defaults(handler=run)
 
 
 def run(args) -> int:
-    from controller.demo import DemoOptions, run as run_demo
+    from controller.demo import DemoOptions
+    from controller.demo import run as run_demo
 
-    options = DemoOptions(steps=args.steps, workdir=args.dir, keep=args.keep or args.dir is not None,
-                          timeout=args.timeout)
+    options = DemoOptions(
+        steps=args.steps, workdir=args.dir, keep=args.keep or args.dir is not None, timeout=args.timeout
+    )
     if args.request is not None:
         options.request_file = args.request
     if args.steps is not None and args.steps < 20:

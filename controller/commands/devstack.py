@@ -3,6 +3,7 @@ background and disturb them (preemption, stockout, API faults, quota).
 
 devstack is imported only inside the handlers: every other verb pays nothing for it.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -18,38 +19,53 @@ START_TIMEOUT = 90.0
 STOP_TIMEOUT = 30.0
 
 _HELP = {
-    "up": ("start the devstack in the background and print its environment",
-           "Starts Pub/Sub, GCS and Vertex AI stand-ins on free loopback ports as a detached\n"
-           "process (state, pid and log under --dir), waits until they answer, and prints\n"
-           "the export lines a shell needs. Running it again prints the same lines.\n\n"
-           "example:\n  eval \"$(relaunch devstack up)\"\n  relaunch devstack up --dir /tmp/ds"),
-    "env": ("print the export lines of the running devstack again",
-            "example:\n  eval \"$(relaunch devstack env)\""),
-    "down": ("stop the background devstack and every replica process it started",
-             "example:\n  relaunch devstack down --dir /tmp/ds"),
-    "status": ("show the running devstack's endpoints and jobs (JSON)",
-               "example:\n  relaunch devstack status"),
-    "preempt": ("reclaim a job's Spot VMs: SIGTERM to its replicas, SIGKILL after the grace",
-                "The job then ends FAILED with code 14, as a preempted Vertex job does.\n\n"
-                "example:\n  relaunch devstack preempt "
-                "projects/relaunch-dev/locations/us-central1/customJobs/3 --grace 10"),
-    "stockout": ("make new jobs wait for capacity, and optionally fail with a stockout",
-                 "New jobs stay QUEUED for --seconds; with --fail they then end FAILED with\n"
-                 "code 8 (\"Resources are insufficient in region\"). No options clears it.\n\n"
-                 "example:\n  relaunch devstack stockout --seconds 30 --fail\n"
-                 "  relaunch devstack stockout          # back to normal"),
-    "faults": ("answer a fraction of Vertex API calls with gRPC errors",
-               "example:\n  relaunch devstack faults --rate 0.3 --codes UNAVAILABLE,DEADLINE_EXCEEDED\n"
-               "  relaunch devstack faults --rate 0   # back to normal"),
+    "up": (
+        "start the devstack in the background and print its environment",
+        "Starts Pub/Sub, GCS and Vertex AI stand-ins on free loopback ports as a detached\n"
+        "process (state, pid and log under --dir), waits until they answer, and prints\n"
+        "the export lines a shell needs. Running it again prints the same lines.\n\n"
+        'example:\n  eval "$(relaunch devstack up)"\n  relaunch devstack up --dir /tmp/ds',
+    ),
+    "env": (
+        "print the export lines of the running devstack again",
+        'example:\n  eval "$(relaunch devstack env)"',
+    ),
+    "down": (
+        "stop the background devstack and every replica process it started",
+        "example:\n  relaunch devstack down --dir /tmp/ds",
+    ),
+    "status": (
+        "show the running devstack's endpoints and jobs (JSON)",
+        "example:\n  relaunch devstack status",
+    ),
+    "preempt": (
+        "reclaim a job's Spot VMs: SIGTERM to its replicas, SIGKILL after the grace",
+        "The job then ends FAILED with code 14, as a preempted Vertex job does.\n\n"
+        "example:\n  relaunch devstack preempt "
+        "projects/relaunch-dev/locations/us-central1/customJobs/3 --grace 10",
+    ),
+    "stockout": (
+        "make new jobs wait for capacity, and optionally fail with a stockout",
+        "New jobs stay QUEUED for --seconds; with --fail they then end FAILED with\n"
+        'code 8 ("Resources are insufficient in region"). No options clears it.\n\n'
+        "example:\n  relaunch devstack stockout --seconds 30 --fail\n"
+        "  relaunch devstack stockout          # back to normal",
+    ),
+    "faults": (
+        "answer a fraction of Vertex API calls with gRPC errors",
+        "example:\n  relaunch devstack faults --rate 0.3 --codes UNAVAILABLE,DEADLINE_EXCEEDED\n"
+        "  relaunch devstack faults --rate 0   # back to normal",
+    ),
 }
 
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
-        "devstack", help="local stand-ins for Pub/Sub, GCS and Vertex AI (dev and tests)",
+        "devstack",
+        help="local stand-ins for Pub/Sub, GCS and Vertex AI (dev and tests)",
         description=__doc__.split("\n\n")[0],
-        epilog="example:\n  eval \"$(relaunch devstack up)\"   # then run the controller against it\n"
-               "  relaunch devstack down",
+        epilog='example:\n  eval "$(relaunch devstack up)"   # then run the controller against it\n'
+        "  relaunch devstack down",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.set_defaults(handler=lambda args: _usage(parser))
@@ -57,29 +73,42 @@ def register(subparsers) -> None:
 
     def verb(name, handler):
         summary, details = _HELP[name]
-        sub = verbs.add_parser(name, help=summary, description=f"{summary[0].upper()}{summary[1:]}.",
-                               epilog=details, formatter_class=argparse.RawDescriptionHelpFormatter)
-        sub.add_argument("--dir", default=DEFAULT_DIR,
-                         help=f"the devstack's state directory (default: ./{DEFAULT_DIR})")
+        sub = verbs.add_parser(
+            name,
+            help=summary,
+            description=f"{summary[0].upper()}{summary[1:]}.",
+            epilog=details,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        sub.add_argument(
+            "--dir", default=DEFAULT_DIR, help=f"the devstack's state directory (default: ./{DEFAULT_DIR})"
+        )
         sub.set_defaults(handler=handler)
         return sub
 
-    verb("up", _up).add_argument("--timeout", type=float, default=START_TIMEOUT,
-                                 help="seconds to wait for it to be ready")
+    verb("up", _up).add_argument(
+        "--timeout", type=float, default=START_TIMEOUT, help="seconds to wait for it to be ready"
+    )
     verb("env", _env)
     verb("down", _down)
     verb("status", _status)
     preempt = verb("preempt", _preempt)
     preempt.add_argument("job", metavar="VERTEX_JOB_NAME")
-    preempt.add_argument("--grace", type=float, default=30.0, metavar="SECONDS",
-                         help="seconds between SIGTERM and SIGKILL (default 30, as on Spot VMs)")
+    preempt.add_argument(
+        "--grace",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="seconds between SIGTERM and SIGKILL (default 30, as on Spot VMs)",
+    )
     stockout = verb("stockout", _stockout)
     stockout.add_argument("--seconds", type=float, default=0.0, help="how long new jobs queue")
     stockout.add_argument("--fail", action="store_true", help="then fail them with code 8")
     faults = verb("faults", _faults)
     faults.add_argument("--rate", type=float, required=True, help="fraction of calls, 0 to 1")
-    faults.add_argument("--codes", default="UNAVAILABLE",
-                        help="comma-separated gRPC codes (default UNAVAILABLE)")
+    faults.add_argument(
+        "--codes", default="UNAVAILABLE", help="comma-separated gRPC codes (default UNAVAILABLE)"
+    )
     faults.add_argument("--seed", type=int, default=None, help="for a repeatable sequence")
 
 
@@ -110,7 +139,9 @@ def _up(args) -> int:
     with open(state / LOG_FILE, "ab") as log:
         child = subprocess.Popen(
             [sys.executable, "-m", "devstack", "serve", "--dir", str(state)],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
             start_new_session=True,  # outlives this shell command and its Ctrl-C
         )
     deadline = time.monotonic() + args.timeout
@@ -121,12 +152,18 @@ def _up(args) -> int:
             print(f"# devstack up (pid {child.pid}); log: {state / LOG_FILE}", file=sys.stderr)
             return 0
         if child.poll() is not None:
-            print(f"relaunch: devstack exited with status {child.returncode} while starting:\n"
-                  + _tail(state / LOG_FILE), file=sys.stderr)
+            print(
+                f"relaunch: devstack exited with status {child.returncode} while starting:\n"
+                + _tail(state / LOG_FILE),
+                file=sys.stderr,
+            )
             return 1
         time.sleep(0.1)  # polling a file another process writes, bounded by the deadline
-    print(f"relaunch: devstack not ready after {args.timeout:g}s; stopping it. Log:\n"
-          + _tail(state / LOG_FILE), file=sys.stderr)
+    print(
+        f"relaunch: devstack not ready after {args.timeout:g}s; stopping it. Log:\n"
+        + _tail(state / LOG_FILE),
+        file=sys.stderr,
+    )
     _stop(child.pid)
     return 1
 
@@ -143,8 +180,9 @@ def _env(args) -> int:
 
     running = _running(Path(args.dir).resolve())
     if not running:
-        print(f"relaunch: no devstack running in {args.dir} (start one: relaunch devstack up)",
-              file=sys.stderr)
+        print(
+            f"relaunch: no devstack running in {args.dir} (start one: relaunch devstack up)", file=sys.stderr
+        )
         return 1
     sys.stdout.write(export_lines(running[1]))
     return 0
@@ -217,8 +255,11 @@ def _preempt(args) -> int:
 
 def _stockout(args) -> int:
     _control(args).stockout(args.seconds, args.fail)
-    state = "cleared" if args.seconds == 0 and not args.fail else (
-        f"new jobs queue {args.seconds:g}s" + (" then fail (code 8)" if args.fail else ""))
+    state = (
+        "cleared"
+        if args.seconds == 0 and not args.fail
+        else (f"new jobs queue {args.seconds:g}s" + (" then fail (code 8)" if args.fail else ""))
+    )
     print(f"stockout: {state}", file=sys.stderr)
     return 0
 

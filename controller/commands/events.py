@@ -1,4 +1,5 @@
 """`relaunch events JOB_ID`: the job's timeline, one line per event, oldest first."""
+
 from __future__ import annotations
 
 import argparse
@@ -19,9 +20,12 @@ Example:
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
-        "events", help="print one job's timeline (attempts, endings, checkpoints)",
+        "events",
+        help="print one job's timeline (attempts, endings, checkpoints)",
         description="Print the timeline of one job as the controller recorded it.",
-        epilog=EXAMPLE, formatter_class=argparse.RawDescriptionHelpFormatter)
+        epilog=EXAMPLE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("job_id", metavar="JOB_ID", help="the job's jobId")
     parser.set_defaults(handler=run)
 
@@ -41,5 +45,6 @@ def timeline_lines(document: dict) -> list[str]:
     # Entries are appended as transitions are stored; an attempt's "running" entry carries
     # Vertex's start time, so order by time (stable, keeping stored order for ties).
     entries = sorted(document.get("timeline", []), key=lambda e: e.get("time") or 0)
-    return [f"{view.utc(e.get('time'))}  attempt {e.get('attempt', 0):<3}  {e.get('what', '')}"
-            for e in entries]
+    return [
+        f"{view.utc(e.get('time'))}  attempt {e.get('attempt', 0):<3}  {e.get('what', '')}" for e in entries
+    ]

@@ -1,4 +1,5 @@
 """`relaunch render FILE`: print the Vertex CustomJob the controller would create."""
+
 from __future__ import annotations
 
 import argparse
@@ -39,12 +40,20 @@ def register(subparsers) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("file", metavar="FILE", help="job request file (YAML or JSON), or - for stdin")
-    parser.add_argument("--attempt", type=_attempt_number, default=1, metavar="N",
-                        help="attempt number, from 1 (default: 1)")
-    parser.add_argument("--resume-from", metavar="URI", default=None,
-                        help="committed checkpoint directory the attempt resumes from")
-    parser.add_argument("--on-demand", action="store_true",
-                        help="render with ON_DEMAND scheduling (what happens after onDemandAfterPreemptions)")
+    parser.add_argument(
+        "--attempt", type=_attempt_number, default=1, metavar="N", help="attempt number, from 1 (default: 1)"
+    )
+    parser.add_argument(
+        "--resume-from",
+        metavar="URI",
+        default=None,
+        help="committed checkpoint directory the attempt resumes from",
+    )
+    parser.add_argument(
+        "--on-demand",
+        action="store_true",
+        help="render with ON_DEMAND scheduling (what happens after onDemandAfterPreemptions)",
+    )
     add_local_option(parser)
     parser.set_defaults(handler=run)
 

@@ -1,4 +1,5 @@
 """`relaunch report JOB_ID --png FILE`: the job's goodput, and a picture of its attempts."""
+
 from __future__ import annotations
 
 import argparse
@@ -20,9 +21,12 @@ Example:
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
-        "report", help="goodput of one job, and a PNG timeline of its attempts",
+        "report",
+        help="goodput of one job, and a PNG timeline of its attempts",
         description="Report how much of a job's wall time went into kept training.",
-        epilog=EXAMPLE, formatter_class=argparse.RawDescriptionHelpFormatter)
+        epilog=EXAMPLE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("job_id", metavar="JOB_ID", help="the job's jobId")
     parser.add_argument("--png", metavar="FILE", help="write the timeline picture to FILE")
     parser.set_defaults(handler=run)
@@ -43,7 +47,12 @@ def _run(args: argparse.Namespace) -> int:
     if args.png:
         from controller.report_png import draw
 
-        draw(status_document(document, with_timeline=False), document.get("timeline", []),
-             result, args.png, now)
+        draw(
+            status_document(document, with_timeline=False),
+            document.get("timeline", []),
+            result,
+            args.png,
+            now,
+        )
         print(f"wrote {args.png}")
     return 0

@@ -1,4 +1,5 @@
 """`relaunch status [JOB_ID] [--json]`: the jobs in the state store, or one job's attempts."""
+
 from __future__ import annotations
 
 import argparse
@@ -21,12 +22,16 @@ Example:
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
-        "status", help="list jobs, or show one job's attempt history",
+        "status",
+        help="list jobs, or show one job's attempt history",
         description="Show the jobs the controller manages, or one job in detail.",
-        epilog=EXAMPLE, formatter_class=argparse.RawDescriptionHelpFormatter)
+        epilog=EXAMPLE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("job_id", nargs="?", metavar="JOB_ID", help="show this job in detail")
-    parser.add_argument("--json", action="store_true",
-                        help="print the JSON document (the one job, or a list of all jobs)")
+    parser.add_argument(
+        "--json", action="store_true", help="print the JSON document (the one job, or a list of all jobs)"
+    )
     parser.set_defaults(handler=run)
 
 
@@ -48,15 +53,19 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     documents = view.all_documents(store)
     if args.json:
-        print(json.dumps([_with_goodput(d, now, timeline=False) for d in documents], indent=2,
-                         sort_keys=True))
+        print(
+            json.dumps([_with_goodput(d, now, timeline=False) for d in documents], indent=2, sort_keys=True)
+        )
         return 0
     if not documents:
         print("no jobs")
         return 0
     rows = [_row(status_document(d, with_timeline=False), d, now) for d in documents]
-    print(view.table(["JOB", "PHASE", "ATTEMPT", "PREEMPTIONS", "FAILURES", "CHECKPOINT", "AGE",
-                      "GOODPUT"], rows))
+    print(
+        view.table(
+            ["JOB", "PHASE", "ATTEMPT", "PREEMPTIONS", "FAILURES", "CHECKPOINT", "AGE", "GOODPUT"], rows
+        )
+    )
     return 0
 
 
@@ -66,10 +75,15 @@ def _with_goodput(document: dict, now: float, *, timeline: bool = True) -> dict:
 
     out = status_document(document, with_timeline=timeline)
     result = compute(document, now)
-    out["goodput"] = {"ratio": result.ratio, "totalSeconds": result.total,
-                      "productiveSeconds": result.productive, "lostSeconds": result.lost,
-                      "waitingForCapacitySeconds": result.waiting_for_capacity,
-                      "restartingSeconds": result.restarting, "stepsPerSecond": result.step_rate}
+    out["goodput"] = {
+        "ratio": result.ratio,
+        "totalSeconds": result.total,
+        "productiveSeconds": result.productive,
+        "lostSeconds": result.lost,
+        "waitingForCapacitySeconds": result.waiting_for_capacity,
+        "restartingSeconds": result.restarting,
+        "stepsPerSecond": result.step_rate,
+    }
     return out
 
 
@@ -81,9 +95,16 @@ def _ratio(document: dict, now: float) -> str:
 
 
 def _row(doc: dict, stored: dict, now: float) -> list[str]:
-    return [doc["jobId"], doc["phase"], str(doc["attempt"]), str(doc["preemptions"]),
-            str(doc["failures"]), view.dash(doc["latestCheckpointStep"]),
-            view.age(doc["createdAt"], now), _ratio(stored, now)]
+    return [
+        doc["jobId"],
+        doc["phase"],
+        str(doc["attempt"]),
+        str(doc["preemptions"]),
+        str(doc["failures"]),
+        view.dash(doc["latestCheckpointStep"]),
+        view.age(doc["createdAt"], now),
+        _ratio(stored, now),
+    ]
 
 
 def describe_job(document: dict, now: float) -> str:
@@ -104,11 +125,17 @@ def describe_job(document: dict, now: float) -> str:
         lines.append(f"next:        attempt at {view.utc(doc['nextAttemptAt'])} UTC")
     if not doc["attempts"]:
         return "\n".join(lines + ["", "no attempts yet"])
-    rows = [[str(a["number"]), view.dash(a["vertexJob"] and a["vertexJob"].rsplit("/", 1)[-1]),
-             view.utc(a["startedAt"]), view.utc(a["endedAt"]),
-             f"{a['ending']} ({a['rule']})" if a["ending"] else (a["vertexState"] or "requested"),
-             view.dash(a["resumeFromStep"]), view.dash(a["checkpointStepAtEnd"])]
-            for a in doc["attempts"]]
-    headers = ["#", "VERTEX JOB", "STARTED (UTC)", "ENDED (UTC)", "ENDING (RULE)", "FROM STEP",
-               "STEP AT END"]
+    rows = [
+        [
+            str(a["number"]),
+            view.dash(a["vertexJob"] and a["vertexJob"].rsplit("/", 1)[-1]),
+            view.utc(a["startedAt"]),
+            view.utc(a["endedAt"]),
+            f"{a['ending']} ({a['rule']})" if a["ending"] else (a["vertexState"] or "requested"),
+            view.dash(a["resumeFromStep"]),
+            view.dash(a["checkpointStepAtEnd"]),
+        ]
+        for a in doc["attempts"]
+    ]
+    headers = ["#", "VERTEX JOB", "STARTED (UTC)", "ENDED (UTC)", "ENDING (RULE)", "FROM STEP", "STEP AT END"]
     return "\n".join(lines + ["", view.table(headers, rows)])

@@ -2,6 +2,7 @@
 
 Also home of `publish_request`, which `relaunch cancel` shares.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,16 +41,30 @@ def _seconds(text: str) -> float:
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
-        "submit", help="validate a job request and publish it to the controller",
+        "submit",
+        help="validate a job request and publish it to the controller",
         description="Submit a job request (YAML or JSON) to the Relaunch controller.",
-        epilog=EXAMPLE, formatter_class=argparse.RawDescriptionHelpFormatter)
+        epilog=EXAMPLE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("file", metavar="FILE", help="job request file, or - for stdin")
-    parser.add_argument("--wait", action="store_true",
-                        help="follow the job until it ends; the exit status says how it ended")
-    parser.add_argument("--timeout", type=_seconds, metavar="S", default=None,
-                        help="with --wait: give up after S seconds (exit status 124)")
-    parser.add_argument("--poll", type=_seconds, metavar="S", default=2.0,
-                        help="with --wait: seconds between reads of the state store (default 2)")
+    parser.add_argument(
+        "--wait", action="store_true", help="follow the job until it ends; the exit status says how it ended"
+    )
+    parser.add_argument(
+        "--timeout",
+        type=_seconds,
+        metavar="S",
+        default=None,
+        help="with --wait: give up after S seconds (exit status 124)",
+    )
+    parser.add_argument(
+        "--poll",
+        type=_seconds,
+        metavar="S",
+        default=2.0,
+        help="with --wait: seconds between reads of the state store (default 2)",
+    )
     add_local_option(parser)
     parser.set_defaults(handler=run)
 
@@ -65,8 +80,9 @@ def publish_request(config, data: bytes) -> str:
 
     deadline = config.rpc_timeout_seconds
     client = pubsub_v1.PublisherClient()
-    future = client.publish(config.topic_path(config.requests_topic), data,
-                            retry=Retry(timeout=deadline), timeout=deadline)
+    future = client.publish(
+        config.topic_path(config.requests_topic), data, retry=Retry(timeout=deadline), timeout=deadline
+    )
     try:
         return future.result(timeout=deadline + 5)
     finally:
@@ -89,8 +105,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"submitted {request.job_id} (message {message_id})", flush=True)
         if not args.wait:
             return 0
-        return follow(config, request.job_id, request.fingerprint(), timeout=args.timeout,
-                      poll=args.poll)
+        return follow(config, request.job_id, request.fingerprint(), timeout=args.timeout, poll=args.poll)
 
     return view.guarded("submit the request", publish)
 
@@ -109,8 +124,11 @@ def follow(config, job_id: str, fingerprint: str, *, timeout: float | None, poll
             last = ()
         elif stored is not None:
             if stored.get("fingerprint") != fingerprint:
-                raise view.CommandError(f"job {job_id!r} already exists with a different request; "
-                                        "the controller rejects this one (use a new jobId)", 1)
+                raise view.CommandError(
+                    f"job {job_id!r} already exists with a different request; "
+                    "the controller rejects this one (use a new jobId)",
+                    1,
+                )
             doc = status_document(stored, with_timeline=False)
             seen = (doc["phase"], doc["attempt"], doc["latestCheckpointStep"])
             if seen != last:
@@ -122,8 +140,11 @@ def follow(config, job_id: str, fingerprint: str, *, timeout: float | None, poll
                 print(f"{job_id} {doc['phase']}: {doc['terminalReason']}", flush=True)
                 return 1
         if deadline is not None and time.monotonic() >= deadline:
-            print(f"{job_id} still {last[0] if last else 'not accepted'} after {timeout:g}s; "
-                  "stopped waiting (the job goes on)", flush=True)
+            print(
+                f"{job_id} still {last[0] if last else 'not accepted'} after {timeout:g}s; "
+                "stopped waiting (the job goes on)",
+                flush=True,
+            )
             return EXIT_TIMEOUT
         wait = poll if deadline is None else min(poll, max(0.0, deadline - time.monotonic()))
         time.sleep(wait)  # polling the store: the CLI has no channel to be told of changes
@@ -132,5 +153,6 @@ def follow(config, job_id: str, fingerprint: str, *, timeout: float | None, poll
 def _progress_line(doc: dict) -> str:
     step = doc["latestCheckpointStep"]
     checkpoint = "no checkpoint yet" if step is None else f"checkpoint step {step}"
-    return (f"{view.utc(time.time())} UTC  {doc['jobId']}: {doc['phase']}, attempt {doc['attempt']}, "
-            f"{checkpoint}")
+    return (
+        f"{view.utc(time.time())} UTC  {doc['jobId']}: {doc['phase']}, attempt {doc['attempt']}, {checkpoint}"
+    )

@@ -3,6 +3,7 @@
 Also home of the file loading that `relaunch render` shares, so both verbs report a bad file in
 exactly the same words.
 """
+
 from __future__ import annotations
 
 import argparse

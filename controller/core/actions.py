@@ -3,6 +3,7 @@
 The shell persists the new state first and only then executes the actions, so every action is
 backed by a durable intent and may be executed more than once: each must be idempotent.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

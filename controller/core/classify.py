@@ -7,12 +7,13 @@ record, written on SIGTERM, beats anything parsed out of Vertex's message.
 
 Every rule is a row in `RULES`; the tests check each row.
 """
+
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
-from typing import Callable
 
 
 class Ending(str, Enum):
@@ -78,39 +79,93 @@ def _message_has(*words: str) -> Callable[[Observation], bool]:
 
 
 RULES: tuple[Rule, ...] = (
-    Rule("succeeded", lambda o: o.vertex_state == "SUCCEEDED", Ending.SUCCEEDED,
-         why="Vertex says every replica exited 0."),
-    Rule("cancelled", lambda o: o.vertex_state in ("CANCELLED", "CANCELLING"), Ending.CANCELLED,
-         why="Someone cancelled the job (Relaunch or a person)."),
-    Rule("exit-record-preempted", lambda o: o.exit_reason == "preempted", Ending.PREEMPTED,
-         why="The trainer recorded that it stopped on SIGTERM: the strongest preemption signal."),
-    Rule("preempted-exit-status", lambda o: _exit_status(o) in _PREEMPTED_EXIT_CODES,
-         Ending.PREEMPTED,
-         why="A replica exited with the trainer's 'preempted' code even if its record was lost."),
-    Rule("preemption-message", _message_has(r"preempt", r"reclaim", r"spot vm"), Ending.PREEMPTED,
-         why="Vertex's own wording for a spot reclaim."),
-    Rule("exit-record-config-error",
-         lambda o: o.exit_reason == "config_error" or _exit_status(o) == _CONFIG_EXIT_CODE,
-         Ending.USER_ERROR, permanent=True,
-         why="The trainer rejected its configuration: every retry would fail the same way."),
-    Rule("timeout", lambda o: o.error_code == CODE_DEADLINE_EXCEEDED
-         or bool(re.search(r"timeout|timed out", o.error_message, re.IGNORECASE))
-         or o.vertex_state == "EXPIRED",
-         Ending.TIMEOUT, why="The job ran past scheduling.timeout."),
-    Rule("capacity", lambda o: o.error_code == CODE_RESOURCE_EXHAUSTED
-         or bool(re.search(r"insufficient|stockout|quota", o.error_message, re.IGNORECASE)),
-         Ending.INFRASTRUCTURE, why="No capacity or quota in the region; waiting helps."),
-    Rule("internal", lambda o: o.error_code in (CODE_INTERNAL, CODE_UNAVAILABLE)
-         or bool(re.search(r"internal error", o.error_message, re.IGNORECASE)),
-         Ending.INFRASTRUCTURE, why="Vertex reported an internal or availability error."),
-    Rule("rendezvous-timeout",
-         lambda o: o.exit_reason == "rendezvous_timeout" or _exit_status(o) == _RENDEZVOUS_EXIT_CODE,
-         Ending.INFRASTRUCTURE, why="The gang never assembled: a node did not come up."),
-    Rule("replica-error", lambda o: o.exit_reason == "runtime_error"
-         or _exit_status(o) is not None or o.error_code == CODE_INVALID_ARGUMENT,
-         Ending.USER_ERROR, why="A replica of the user's program exited non-zero."),
-    Rule("unknown-failure", lambda o: True, Ending.INFRASTRUCTURE,
-         why="Anything else: assume infrastructure, which still spends the failure budget."),
+    Rule(
+        "succeeded",
+        lambda o: o.vertex_state == "SUCCEEDED",
+        Ending.SUCCEEDED,
+        why="Vertex says every replica exited 0.",
+    ),
+    Rule(
+        "cancelled",
+        lambda o: o.vertex_state in ("CANCELLED", "CANCELLING"),
+        Ending.CANCELLED,
+        why="Someone cancelled the job (Relaunch or a person).",
+    ),
+    Rule(
+        "exit-record-preempted",
+        lambda o: o.exit_reason == "preempted",
+        Ending.PREEMPTED,
+        why="The trainer recorded that it stopped on SIGTERM: the strongest preemption signal.",
+    ),
+    Rule(
+        "preempted-exit-status",
+        lambda o: _exit_status(o) in _PREEMPTED_EXIT_CODES,
+        Ending.PREEMPTED,
+        why="A replica exited with the trainer's 'preempted' code even if its record was lost.",
+    ),
+    Rule(
+        "preemption-message",
+        _message_has(r"preempt", r"reclaim", r"spot vm"),
+        Ending.PREEMPTED,
+        why="Vertex's own wording for a spot reclaim.",
+    ),
+    Rule(
+        "exit-record-config-error",
+        lambda o: o.exit_reason == "config_error" or _exit_status(o) == _CONFIG_EXIT_CODE,
+        Ending.USER_ERROR,
+        permanent=True,
+        why="The trainer rejected its configuration: every retry would fail the same way.",
+    ),
+    Rule(
+        "timeout",
+        lambda o: (
+            o.error_code == CODE_DEADLINE_EXCEEDED
+            or bool(re.search(r"timeout|timed out", o.error_message, re.IGNORECASE))
+            or o.vertex_state == "EXPIRED"
+        ),
+        Ending.TIMEOUT,
+        why="The job ran past scheduling.timeout.",
+    ),
+    Rule(
+        "capacity",
+        lambda o: (
+            o.error_code == CODE_RESOURCE_EXHAUSTED
+            or bool(re.search(r"insufficient|stockout|quota", o.error_message, re.IGNORECASE))
+        ),
+        Ending.INFRASTRUCTURE,
+        why="No capacity or quota in the region; waiting helps.",
+    ),
+    Rule(
+        "internal",
+        lambda o: (
+            o.error_code in (CODE_INTERNAL, CODE_UNAVAILABLE)
+            or bool(re.search(r"internal error", o.error_message, re.IGNORECASE))
+        ),
+        Ending.INFRASTRUCTURE,
+        why="Vertex reported an internal or availability error.",
+    ),
+    Rule(
+        "rendezvous-timeout",
+        lambda o: o.exit_reason == "rendezvous_timeout" or _exit_status(o) == _RENDEZVOUS_EXIT_CODE,
+        Ending.INFRASTRUCTURE,
+        why="The gang never assembled: a node did not come up.",
+    ),
+    Rule(
+        "replica-error",
+        lambda o: (
+            o.exit_reason == "runtime_error"
+            or _exit_status(o) is not None
+            or o.error_code == CODE_INVALID_ARGUMENT
+        ),
+        Ending.USER_ERROR,
+        why="A replica of the user's program exited non-zero.",
+    ),
+    Rule(
+        "unknown-failure",
+        lambda o: True,
+        Ending.INFRASTRUCTURE,
+        why="Anything else: assume infrastructure, which still spends the failure budget.",
+    ),
 )
 
 

@@ -10,11 +10,12 @@ Idempotent: replaying an event, or delivering one late, changes nothing it shoul
     (a live job they name is a stray and gets cancelled);
   - nothing changes once the job is terminal.
 """
+
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Callable
 
 from controller.core import events as ev
 from controller.core.actions import (
@@ -80,6 +81,7 @@ def decide(
 
 # --- event handlers ------------------------------------------------------------------------
 
+
 def _on_request_accepted(state: JobState, event: ev.RequestAccepted, now, rng, config) -> Outcome:
     if state.phase is Phase.ACCEPTED and not state.attempts:
         return _start_attempt(state, now)
@@ -106,8 +108,7 @@ def _on_attempt_not_found(state: JobState, event: ev.AttemptNotFound, now, rng, 
     if not _is_current(state, event.attempt) or current.ended or current.vertex_name is not None:
         return state, []
     if state.phase is Phase.CANCELLING:
-        state = state.with_current(ending=Ending.CANCELLED, rule="cancelled-before-submit",
-                                   ended_at=now)
+        state = state.with_current(ending=Ending.CANCELLED, rule="cancelled-before-submit", ended_at=now)
         return _terminal(state, Phase.CANCELLED, "cancelled before a Vertex job was created")
     return state, [_submit_action(current, create=True)]
 
@@ -117,8 +118,9 @@ def _on_submit_failed(state: JobState, event: ev.SubmitFailed, now, rng, config)
     if not _is_current(state, event.attempt) or current.ended or current.vertex_name is not None:
         return state, []
     if event.permanent:
-        state = state.with_current(ending=Ending.USER_ERROR, rule="submit-rejected", ended_at=now,
-                                   error_message=event.message)
+        state = state.with_current(
+            ending=Ending.USER_ERROR, rule="submit-rejected", ended_at=now, error_message=event.message
+        )
         if state.phase is Phase.CANCELLING:
             return _terminal(state, Phase.CANCELLED, "cancelled; the submission was rejected")
         return _fail(state, "job_failed", f"Vertex AI rejected the job: {event.message}", now)
@@ -159,12 +161,14 @@ def _on_vertex_observed(state: JobState, event: ev.VertexObserved, now, rng, con
 
 def _on_vertex_job_missing(state: JobState, event: ev.VertexJobMissing, now, rng, config) -> Outcome:
     current = state.current
-    if (not _is_current(state, event.attempt) or current.ended
-            or current.vertex_name != event.vertex_name):
+    if not _is_current(state, event.attempt) or current.ended or current.vertex_name != event.vertex_name:
         return state, []
     gone = ev.VertexObserved(
-        attempt=event.attempt, vertex_name=event.vertex_name, vertex_state="FAILED",
-        error_code=5, error_message="The Vertex AI job no longer exists (NOT_FOUND).",
+        attempt=event.attempt,
+        vertex_name=event.vertex_name,
+        vertex_state="FAILED",
+        error_code=5,
+        error_message="The Vertex AI job no longer exists (NOT_FOUND).",
     )
     return _end_attempt(state, gone, now, rng, config)
 
@@ -223,17 +227,23 @@ _HANDLERS: dict[type, Callable[..., Outcome]] = {
 
 # --- the restart policy at an attempt's end --------------------------------------------------
 
+
 def _end_attempt(state: JobState, event: ev.VertexObserved, now, rng: random.Random, config) -> Outcome:
     current = state.current
-    verdict = classify(Observation(event.vertex_state, event.error_code, event.error_message,
-                                   event.exit_reason))
+    verdict = classify(
+        Observation(event.vertex_state, event.error_code, event.error_message, event.exit_reason)
+    )
     made_progress = state.latest_checkpoint_step is not None and (
         current.resume_from_step is None or state.latest_checkpoint_step > current.resume_from_step
     )
     state = state.with_current(
-        vertex_state=event.vertex_state, ending=verdict.ending, rule=verdict.rule,
-        ended_at=event.end_time or now, error_code=event.error_code,
-        error_message=event.error_message, checkpoint_step_at_end=state.latest_checkpoint_step,
+        vertex_state=event.vertex_state,
+        ending=verdict.ending,
+        rule=verdict.rule,
+        ended_at=event.end_time or now,
+        error_code=event.error_code,
+        error_message=event.error_message,
+        checkpoint_step_at_end=state.latest_checkpoint_step,
         started_at=current.started_at or event.start_time,
     )
     ran = state.current.started_at is not None
@@ -246,38 +256,55 @@ def _end_attempt(state: JobState, event: ev.VertexObserved, now, rng: random.Ran
         return _terminal(state, Phase.SUCCEEDED, "completed")
     if verdict.ending is Ending.CANCELLED:
         state, actions = _terminal(state, Phase.CANCELLED, "cancelled outside Relaunch")
-        alert = RaiseAlert("job_cancelled_externally", "WARNING",
-                           f"job {state.job_id} was cancelled outside Relaunch",
-                           _alert_details(state))
+        alert = RaiseAlert(
+            "job_cancelled_externally",
+            "WARNING",
+            f"job {state.job_id} was cancelled outside Relaunch",
+            _alert_details(state),
+        )
         return state, [alert, *actions]
 
     retry_streak = 1 if made_progress else state.retry_streak + 1
     state = replace(state, retry_streak=retry_streak)
     alerts: list[Action] = []
     if verdict.ending is Ending.PREEMPTED:
-        state = replace(state, preemptions=state.preemptions + 1,
-                        no_progress_streak=0 if made_progress else state.no_progress_streak)
+        state = replace(
+            state,
+            preemptions=state.preemptions + 1,
+            no_progress_streak=0 if made_progress else state.no_progress_streak,
+        )
         limit = state.policy.max_preemptions
         if limit is not None and state.preemptions > limit:
-            return _fail(state, "job_failed",
-                         f"preempted {state.preemptions} times, more than maxPreemptions={limit}", now)
+            return _fail(
+                state,
+                "job_failed",
+                f"preempted {state.preemptions} times, more than maxPreemptions={limit}",
+                now,
+            )
         state, alerts = _preemption_storm_alert(state, now, config)
     else:
         state = replace(state, failures=state.failures + 1)
         if ran or verdict.ending is Ending.USER_ERROR:
-            state = replace(state, no_progress_streak=0 if made_progress
-                            else state.no_progress_streak + 1)
+            state = replace(state, no_progress_streak=0 if made_progress else state.no_progress_streak + 1)
         what = f"{verdict.ending.value} ({verdict.rule}): {event.error_message}".strip()
         if verdict.permanent:
             return _fail(state, "job_failed", f"attempt {current.number} failed permanently: {what}", now)
         if state.failures > state.policy.max_failures:
-            return _fail(state, "job_failed",
-                         f"failure budget exhausted ({state.failures} failures, "
-                         f"maxFailures={state.policy.max_failures}); last: {what}", now)
+            return _fail(
+                state,
+                "job_failed",
+                f"failure budget exhausted ({state.failures} failures, "
+                f"maxFailures={state.policy.max_failures}); last: {what}",
+                now,
+            )
     if state.no_progress_streak >= state.policy.crash_loop_attempts:
-        return _fail(state, "crash_loop",
-                     f"{state.no_progress_streak} consecutive attempts ended without checkpoint "
-                     f"progress (crashLoopAttempts={state.policy.crash_loop_attempts})", now)
+        return _fail(
+            state,
+            "crash_loop",
+            f"{state.no_progress_streak} consecutive attempts ended without checkpoint "
+            f"progress (crashLoopAttempts={state.policy.crash_loop_attempts})",
+            now,
+        )
 
     delay = state.policy.backoff.delay(retry_streak, rng)
     wake = now + delay
@@ -286,6 +313,7 @@ def _end_attempt(state: JobState, event: ev.VertexObserved, now, rng: random.Ran
 
 
 # --- helpers ---------------------------------------------------------------------------------
+
 
 def _is_current(state: JobState, attempt: int) -> bool:
     return state.current is not None and state.current.number == attempt
@@ -300,14 +328,18 @@ def _start_attempt(state: JobState, now: float) -> Outcome:
         on_demand=switch_after is not None and state.preemptions >= switch_after,
         intent_at=now,
     )
-    state = replace(state, attempts=state.attempts + (attempt,), phase=Phase.SUBMITTING,
-                    next_attempt_at=None)
+    state = replace(state, attempts=state.attempts + (attempt,), phase=Phase.SUBMITTING, next_attempt_at=None)
     return state, [_submit_action(attempt, create=True)]
 
 
 def _submit_action(attempt: Attempt, *, create: bool) -> SubmitAttempt:
-    return SubmitAttempt(attempt.number, attempt.resume_from_uri, attempt.resume_from_step,
-                         attempt.on_demand, create_if_missing=create)
+    return SubmitAttempt(
+        attempt.number,
+        attempt.resume_from_uri,
+        attempt.resume_from_step,
+        attempt.on_demand,
+        create_if_missing=create,
+    )
 
 
 def _terminal(state: JobState, phase: Phase, reason: str) -> Outcome:
@@ -352,22 +384,29 @@ def _capacity_wait_alert(state: JobState, now: float, config: CoreConfig) -> Out
     if waited < config.capacity_wait_alert_seconds or any(a.kind == kind for a in state.alerts):
         return state, []
     state = replace(state, alerts=state.alerts + (Alerted(kind, now),))
-    alert = RaiseAlert("capacity_wait", "WARNING",
-                       f"job {state.job_id} attempt {current.number} has waited "
-                       f"{waited:.0f}s for capacity", {**_alert_details(state), "waitedSeconds": waited})
+    alert = RaiseAlert(
+        "capacity_wait",
+        "WARNING",
+        f"job {state.job_id} attempt {current.number} has waited {waited:.0f}s for capacity",
+        {**_alert_details(state), "waitedSeconds": waited},
+    )
     return state, [alert]
 
 
 def _preemption_storm_alert(state: JobState, now: float, config: CoreConfig) -> Outcome:
     window_start = now - config.preemption_storm_window_seconds
-    recent = [a for a in state.attempts
-              if a.ending is Ending.PREEMPTED and (a.ended_at or now) >= window_start]
+    recent = [
+        a for a in state.attempts if a.ending is Ending.PREEMPTED and (a.ended_at or now) >= window_start
+    ]
     already = any(a.kind == "preemption_storm" and a.at >= window_start for a in state.alerts)
     if len(recent) < config.preemption_storm_count or already:
         return state, []
     state = replace(state, alerts=state.alerts + (Alerted("preemption_storm", now),))
-    alert = RaiseAlert("preemption_storm", "WARNING",
-                       f"job {state.job_id} was preempted {len(recent)} times in the last "
-                       f"{config.preemption_storm_window_seconds:.0f}s",
-                       {**_alert_details(state), "recentPreemptions": len(recent)})
+    alert = RaiseAlert(
+        "preemption_storm",
+        "WARNING",
+        f"job {state.job_id} was preempted {len(recent)} times in the last "
+        f"{config.preemption_storm_window_seconds:.0f}s",
+        {**_alert_details(state), "recentPreemptions": len(recent)},
+    )
     return state, [alert]

@@ -1,4 +1,5 @@
 """Events the decision core reacts to. Each says what was observed, never what to do."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -82,6 +83,13 @@ class CancelRequested:
 
 
 Event = (
-    RequestAccepted | AttemptSubmitted | AttemptNotFound | SubmitFailed | VertexObserved
-    | VertexJobMissing | CheckpointObserved | TimerFired | CancelRequested
+    RequestAccepted
+    | AttemptSubmitted
+    | AttemptNotFound
+    | SubmitFailed
+    | VertexObserved
+    | VertexJobMissing
+    | CheckpointObserved
+    | TimerFired
+    | CancelRequested
 )

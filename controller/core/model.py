@@ -4,6 +4,7 @@ Plain frozen dataclasses that round-trip through JSON (`to_dict` / `from_dict`),
 can keep them and a restarted controller continues exactly where the last one stopped. Times are
 seconds since the epoch (floats); the core never reads a clock, `now` is always passed in.
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
@@ -94,7 +95,7 @@ class JobState:
     def current(self) -> Attempt | None:
         return self.attempts[-1] if self.attempts else None
 
-    def with_current(self, **changes: Any) -> "JobState":
+    def with_current(self, **changes: Any) -> JobState:
         assert self.attempts, "no attempt to change"
         return replace(self, attempts=self.attempts[:-1] + (replace(self.attempts[-1], **changes),))
 
@@ -108,7 +109,7 @@ class JobState:
         return data
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "JobState":
+    def from_dict(cls, data: dict[str, Any]) -> JobState:
         policy_data = dict(data["policy"])
         policy = RestartPolicy(**{**policy_data, "backoff": Backoff(**policy_data["backoff"])})
         attempts = tuple(

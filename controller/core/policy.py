@@ -3,6 +3,7 @@
 Pure data and arithmetic. The request schema (`controller/request.py`) builds these objects from
 the user's `restartPolicy`; the decision core reads them.
 """
+
 from __future__ import annotations
 
 import random

@@ -1,4 +1,5 @@
 """Durable, compare-and-set storage of job records. See `base.StateStore` for the contract."""
-from controller.store.base import AlreadyExists, Fenced, StateStore, Versioned, VersionConflict
+
+from controller.store.base import AlreadyExists, Fenced, StateStore, VersionConflict, Versioned
 
 __all__ = ["AlreadyExists", "Fenced", "StateStore", "Versioned", "VersionConflict"]

@@ -11,11 +11,13 @@ leader that stalled and wakes up cannot overwrite what the new leader decided.
 Implementations: `sqlite.SqliteStateStore` (embedded, the default) and `gcs.GcsStateStore`
 (production). `tests/store/contract.py` holds the tests every implementation must pass.
 """
+
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator, Protocol
+from typing import Any, Protocol
 
 _KEY = re.compile(r"^[a-z0-9][a-z0-9._-]*(/[a-z0-9][a-z0-9._-]*)*$")
 
@@ -45,8 +47,9 @@ class Versioned:
 
 def check_key(key: str) -> str:
     if not _KEY.match(key) or len(key) > 512:
-        raise ValueError(f"invalid store key {key!r}: lowercase letters, digits, '.', '_', '-' "
-                         "and '/' separators")
+        raise ValueError(
+            f"invalid store key {key!r}: lowercase letters, digits, '.', '_', '-' and '/' separators"
+        )
     return key
 
 
@@ -57,8 +60,7 @@ class StateStore(Protocol):
     def create(self, key: str, document: dict[str, Any], *, fence: int = 0) -> int:
         """Store a new document; raise AlreadyExists if the key is taken. Returns its version."""
 
-    def put(self, key: str, document: dict[str, Any], *, expected_version: int,
-            fence: int = 0) -> int:
+    def put(self, key: str, document: dict[str, Any], *, expected_version: int, fence: int = 0) -> int:
         """Replace the document if its version is still `expected_version`.
 
         Raises VersionConflict if it is not (or the key is gone), Fenced if a higher fence wrote

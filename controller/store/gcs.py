@@ -9,11 +9,13 @@ Every write is an upload with `ifGenerationMatch` set to the generation whose en
 read and checked (version and fence), or 0 for create. GCS refuses it with 412 if anyone wrote
 in between, so read-check-write acts as one compare-and-set and the counter cannot fork.
 """
+
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 from google.api_core import exceptions as gexc
 
@@ -22,8 +24,8 @@ from controller.store.base import (
     AlreadyExists,
     Fenced,
     StoreError,
-    Versioned,
     VersionConflict,
+    Versioned,
     check_key,
 )
 
@@ -41,8 +43,9 @@ class _Stored:
 
 
 class GcsStateStore:
-    def __init__(self, bucket: str, prefix: str, client=None, *,
-                 timeout: float = gcs_client.CALL_TIMEOUT_SECONDS):
+    def __init__(
+        self, bucket: str, prefix: str, client=None, *, timeout: float = gcs_client.CALL_TIMEOUT_SECONDS
+    ):
         if not bucket:
             raise ValueError("GcsStateStore needs a bucket name")
         self._client = client or gcs_client.make_client()
@@ -63,7 +66,7 @@ class GcsStateStore:
         start = len(self._prefix) + 1 if self._prefix else 0
         if not object_name.endswith(_SUFFIX):
             return None
-        return object_name[start:-len(_SUFFIX)]
+        return object_name[start : -len(_SUFFIX)]
 
     # -- reads ---------------------------------------------------------------------------
 
@@ -72,19 +75,24 @@ class GcsStateStore:
         blob = self._bucket.blob(name)
         try:
             body = gcs_client.call(
-                lambda: blob.download_as_bytes(if_generation_match=generation,
-                                               timeout=self._timeout, retry=None),
-                what=f"download {name}")
+                lambda: blob.download_as_bytes(
+                    if_generation_match=generation, timeout=self._timeout, retry=None
+                ),
+                what=f"download {name}",
+            )
         except (gexc.NotFound, gexc.PreconditionFailed):
             return None
         try:
             envelope = json.loads(body)
             if envelope.get("format") != ENVELOPE_FORMAT:
                 raise ValueError(f"format is {envelope.get('format')!r}")
-            stored = _Stored(dict(envelope["document"]), int(envelope["version"]),
-                             int(envelope["fence"]),
-                             # The download's headers carry the generation of these bytes.
-                             int(blob.generation))
+            stored = _Stored(
+                dict(envelope["document"]),
+                int(envelope["version"]),
+                int(envelope["fence"]),
+                # The download's headers carry the generation of these bytes.
+                int(blob.generation),
+            )
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise StoreError(f"gs://{self._bucket.name}/{name} is not a state document: {exc}") from exc
         return stored
@@ -96,11 +104,12 @@ class GcsStateStore:
     def list(self, prefix: str = "") -> Iterator[Versioned]:
         list_prefix = f"{self._prefix}/{prefix}" if self._prefix else prefix
         blobs = gcs_client.call(
-            lambda: list(self._client.list_blobs(self._bucket, prefix=list_prefix,
-                                                 timeout=self._timeout, retry=None)),
-            what=f"list {list_prefix}")
-        keyed = sorted((key, blob) for blob in blobs
-                       if (key := self._key_of(blob.name)) is not None)
+            lambda: list(
+                self._client.list_blobs(self._bucket, prefix=list_prefix, timeout=self._timeout, retry=None)
+            ),
+            what=f"list {list_prefix}",
+        )
+        keyed = sorted((key, blob) for blob in blobs if (key := self._key_of(blob.name)) is not None)
         for key, blob in keyed:
             # Fetch the generation the listing saw; if it moved on, read whatever is live now.
             stored = self._read(blob.name, generation=blob.generation) or self._read(blob.name)
@@ -109,14 +118,16 @@ class GcsStateStore:
 
     # -- writes --------------------------------------------------------------------------
 
-    def _upload(self, name: str, document: dict[str, Any], *, version: int, fence: int,
-                if_generation_match: int) -> None:
-        envelope = {"format": ENVELOPE_FORMAT, "version": version, "fence": fence,
-                    "document": document}
-        gcs_client.conditional_upload(self._bucket.blob(name),
-                                      json.dumps(envelope, sort_keys=True).encode(),
-                                      if_generation_match=if_generation_match,
-                                      timeout=self._timeout)
+    def _upload(
+        self, name: str, document: dict[str, Any], *, version: int, fence: int, if_generation_match: int
+    ) -> None:
+        envelope = {"format": ENVELOPE_FORMAT, "version": version, "fence": fence, "document": document}
+        gcs_client.conditional_upload(
+            self._bucket.blob(name),
+            json.dumps(envelope, sort_keys=True).encode(),
+            if_generation_match=if_generation_match,
+            timeout=self._timeout,
+        )
 
     def create(self, key: str, document: dict[str, Any], *, fence: int = 0) -> int:
         name = self._object_name(key)
@@ -126,23 +137,25 @@ class GcsStateStore:
             raise AlreadyExists(key) from None
         return 1
 
-    def put(self, key: str, document: dict[str, Any], *, expected_version: int,
-            fence: int = 0) -> int:
+    def put(self, key: str, document: dict[str, Any], *, expected_version: int, fence: int = 0) -> int:
         name = self._object_name(key)
         live = self._read(name)
         if live is None or live.version != expected_version:
             raise VersionConflict(
                 f"{key}: expected version {expected_version}, "
-                f"found {'nothing' if live is None else live.version}")
+                f"found {'nothing' if live is None else live.version}"
+            )
         if fence < live.fence:
             _log.warning("fenced write refused", key=key, fence=fence, stored_fence=live.fence)
             raise Fenced(f"{key}: written under fence {live.fence}, this writer has {fence}")
         try:
-            self._upload(name, document, version=expected_version + 1, fence=fence,
-                         if_generation_match=live.generation)
+            self._upload(
+                name, document, version=expected_version + 1, fence=fence, if_generation_match=live.generation
+            )
         except gexc.PreconditionFailed:
-            raise VersionConflict(f"{key}: changed while being written "
-                                  f"(expected version {expected_version})") from None
+            raise VersionConflict(
+                f"{key}: changed while being written (expected version {expected_version})"
+            ) from None
         return expected_version + 1
 
     def delete(self, key: str, *, expected_version: int) -> None:

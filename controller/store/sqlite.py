@@ -3,19 +3,21 @@
 Each write is a single transaction with `synchronous=FULL`, so a record that `put` returned for is
 on disk and survives `kill -9` (and a power cut, as far as the file system keeps its promises).
 """
+
 from __future__ import annotations
 
 import json
 import sqlite3
 import threading
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from controller.store.base import (
     AlreadyExists,
     Fenced,
-    Versioned,
     VersionConflict,
+    Versioned,
     check_key,
 )
 
@@ -35,8 +37,7 @@ class SqliteStateStore:
         if self.path != ":memory:":
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         # One connection guarded by a lock: the controller's writes are few and small.
-        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None,
-                                   timeout=30.0)
+        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30.0)
         self._lock = threading.Lock()
         with self._lock:
             self._db.execute("PRAGMA journal_mode=WAL")
@@ -50,8 +51,7 @@ class SqliteStateStore:
     def get(self, key: str) -> Versioned | None:
         check_key(key)
         with self._lock:
-            row = self._db.execute("SELECT body, version FROM documents WHERE key = ?",
-                                   (key,)).fetchone()
+            row = self._db.execute("SELECT body, version FROM documents WHERE key = ?", (key,)).fetchone()
         return Versioned(key, json.loads(row[0]), row[1]) if row else None
 
     def create(self, key: str, document: dict[str, Any], *, fence: int = 0) -> int:
@@ -59,29 +59,34 @@ class SqliteStateStore:
         body = json.dumps(document, sort_keys=True)
         with self._lock:
             try:
-                self._db.execute("INSERT INTO documents (key, body, version, fence) "
-                                 "VALUES (?, ?, 1, ?)", (key, body, fence))
+                self._db.execute(
+                    "INSERT INTO documents (key, body, version, fence) VALUES (?, ?, 1, ?)",
+                    (key, body, fence),
+                )
             except sqlite3.IntegrityError:
                 raise AlreadyExists(key) from None
         return 1
 
-    def put(self, key: str, document: dict[str, Any], *, expected_version: int,
-            fence: int = 0) -> int:
+    def put(self, key: str, document: dict[str, Any], *, expected_version: int, fence: int = 0) -> int:
         check_key(key)
         body = json.dumps(document, sort_keys=True)
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:
-                row = self._db.execute("SELECT version, fence FROM documents WHERE key = ?",
-                                       (key,)).fetchone()
+                row = self._db.execute(
+                    "SELECT version, fence FROM documents WHERE key = ?", (key,)
+                ).fetchone()
                 if row is None or row[0] != expected_version:
                     raise VersionConflict(
                         f"{key}: expected version {expected_version}, "
-                        f"found {'nothing' if row is None else row[0]}")
+                        f"found {'nothing' if row is None else row[0]}"
+                    )
                 if fence < row[1]:
                     raise Fenced(f"{key}: written under fence {row[1]}, this writer has {fence}")
-                self._db.execute("UPDATE documents SET body = ?, version = ?, fence = ? "
-                                 "WHERE key = ?", (body, expected_version + 1, fence, key))
+                self._db.execute(
+                    "UPDATE documents SET body = ?, version = ?, fence = ? WHERE key = ?",
+                    (body, expected_version + 1, fence, key),
+                )
                 self._db.execute("COMMIT")
             except BaseException:
                 self._db.execute("ROLLBACK")
@@ -92,15 +97,17 @@ class SqliteStateStore:
         escaped = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
         with self._lock:
             rows = self._db.execute(
-                "SELECT key, body, version FROM documents WHERE key LIKE ? ESCAPE '\\' "
-                "ORDER BY key", (escaped + "%",)).fetchall()
+                "SELECT key, body, version FROM documents WHERE key LIKE ? ESCAPE '\\' ORDER BY key",
+                (escaped + "%",),
+            ).fetchall()
         for key, body, version in rows:
             yield Versioned(key, json.loads(body), version)
 
     def delete(self, key: str, *, expected_version: int) -> None:
         check_key(key)
         with self._lock:
-            cursor = self._db.execute("DELETE FROM documents WHERE key = ? AND version = ?",
-                                      (key, expected_version))
+            cursor = self._db.execute(
+                "DELETE FROM documents WHERE key = ? AND version = ?", (key, expected_version)
+            )
         if cursor.rowcount != 1:
             raise VersionConflict(f"{key}: not at version {expected_version}")

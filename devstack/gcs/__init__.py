@@ -37,6 +37,7 @@ NOT emulated
 - Authentication, IAM enforcement, ACL enforcement, retention policies, lifecycle,
   notifications, signed URLs checks, requester pays, CMEK, the XML API beyond a plain PUT.
 """
+
 from __future__ import annotations
 
 from devstack.gcs.server import GcsEmulator

@@ -6,6 +6,7 @@ fly, so a checkpoint shard of hundreds of MB is never held twice. Committing an 
 rename (disk) or a dict insert (memory); readers get a seekable file object, which on disk
 stays valid even if the generation is replaced or deleted while it is being read.
 """
+
 from __future__ import annotations
 
 import base64
@@ -23,7 +24,7 @@ import google_crc32c
 
 def blob_key(bucket: str, name: str, generation: str | int) -> str:
     # Hashing keeps object names out of the file system: "a" and "a/b" may both be objects.
-    raw = f"{bucket}\0{name}\0{generation}".encode("utf-8")
+    raw = f"{bucket}\0{name}\0{generation}".encode()
     return hashlib.sha256(raw).hexdigest()
 
 

@@ -1,9 +1,10 @@
 """Object read, metadata patch and delete handlers, with preconditions and streaming
 range downloads. Signature: handler(request, response, backend)."""
+
 from __future__ import annotations
 
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from http import HTTPStatus
 
 from gcp_storage_emulator.exceptions import NotFound
@@ -69,8 +70,12 @@ def download(request, response, backend):
             byte_range = _byte_range(request.get_header("Range"), size)
         except ValueError:
             response["Content-Range"] = f"bytes */{size}"
-            replies.error(response, HTTPStatus.REQUESTED_RANGE_NOT_SATISFIABLE,
-                          "requestedRangeNotSatisfiable", "The requested range cannot be satisfied.")
+            replies.error(
+                response,
+                HTTPStatus.REQUESTED_RANGE_NOT_SATISFIABLE,
+                "requestedRangeNotSatisfiable",
+                "The requested range cannot be satisfied.",
+            )
             blob.close()
             return
     except Exception:
@@ -113,7 +118,7 @@ def _apply_patch(current: dict, body: dict) -> dict:
                 custom[key] = value
         updated["metadata"] = custom
     updated["metageneration"] = str(int(current["metageneration"]) + 1)
-    updated["updated"] = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    updated["updated"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     return updated
 
 
@@ -123,14 +128,18 @@ def patch(request, response, backend):
     if not isinstance(body, dict):
         return replies.bad_request(response, "The request body must be a JSON object.")
     resource = backend.storage.update_metadata(
-        request.params["bucket_name"], request.params["object_id"],
-        lambda current: _apply_patch(current, body), conditions, _generation_param(request),
+        request.params["bucket_name"],
+        request.params["object_id"],
+        lambda current: _apply_patch(current, body),
+        conditions,
+        _generation_param(request),
     )
     response.json(resource)
 
 
 def delete(request, response, backend):
     conditions = Preconditions.from_query(request.query)
-    backend.storage.remove(request.params["bucket_name"], request.params["object_id"],
-                           conditions, _generation_param(request))
+    backend.storage.remove(
+        request.params["bucket_name"], request.params["object_id"], conditions, _generation_param(request)
+    )
     response.status = HTTPStatus.NO_CONTENT

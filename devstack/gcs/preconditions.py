@@ -5,6 +5,7 @@ A missing object counts as generation 0, which is what makes `ifGenerationMatch=
 "create only" and `ifGenerationNotMatch=0` mean "must exist". A metageneration condition on a
 missing object can only fail (Match) or hold (NotMatch).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -34,7 +35,7 @@ class Preconditions:
     metageneration_not_match: int | None = None
 
     @classmethod
-    def from_query(cls, query: dict[str, list[str]]) -> "Preconditions":
+    def from_query(cls, query: dict[str, list[str]]) -> Preconditions:
         # Matched without regard to case: google-cloud-storage 3.x spells the last one
         # "ifMetaGenerationNotMatch" on uploads, and it plainly means the same condition.
         by_lower = {key.lower(): values for key, values in query.items() if values}
@@ -59,8 +60,5 @@ class Preconditions:
             raise PreconditionFailed("ifGenerationNotMatch")
         if self.metageneration_match is not None and metageneration != self.metageneration_match:
             raise PreconditionFailed("ifMetagenerationMatch")
-        if (
-            self.metageneration_not_match is not None
-            and metageneration == self.metageneration_not_match
-        ):
+        if self.metageneration_not_match is not None and metageneration == self.metageneration_not_match:
             raise PreconditionFailed("ifMetagenerationNotMatch")

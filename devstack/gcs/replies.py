@@ -1,4 +1,5 @@
 """GCS-shaped JSON error replies."""
+
 from __future__ import annotations
 
 from http import HTTPStatus

@@ -1,6 +1,7 @@
 """The HTTP server: gcp-storage-emulator's route table and request parsing, served by a
 threading server, with our object handlers in place of the library's where it falls short
 (preconditions, streaming, generations) and errors mapped to GCS status codes."""
+
 from __future__ import annotations
 
 import logging
@@ -72,8 +73,10 @@ def _with_media_link(resource: dict, base_url: str) -> dict:
     # Stored resources carry no host: a restarted server listens on another port, and
     # clients download from mediaLink verbatim.
     name = urllib.parse.quote(resource["name"], safe="")
-    link = (f"{base_url}/download/storage/v1/b/{resource['bucket']}/o/{name}"
-            f"?generation={resource['generation']}&alt=media")
+    link = (
+        f"{base_url}/download/storage/v1/b/{resource['bucket']}/o/{name}"
+        f"?generation={resource['generation']}&alt=media"
+    )
     return {**resource, "mediaLink": link}
 
 
@@ -145,7 +148,7 @@ def _route(handler):
     def reused(request, response, backend):
         storage = backend.storage
         if handler.__module__ == lib_buckets.__name__:
-            request.data  # read the body before taking the lock: a slow client must not block all
+            _ = request.data  # read the body before taking the lock: a slow client must not block all
             with storage.lock:
                 return handler(request, response, storage)
         return handler(request, response, storage)  # GcsStorage's methods lock themselves
@@ -182,8 +185,12 @@ def dispatch(request: Request, response: Response, backend: Backend) -> None:
             log.exception("GCS stand-in failed on %s %s", request.method, request.path)
             replies.error(response, HTTPStatus.INTERNAL_SERVER_ERROR, "backendError", repr(err))
         return
-    replies.error(response, HTTPStatus.NOT_IMPLEMENTED, "notImplemented",
-                  f"{request.method} {request.path} is not emulated")
+    replies.error(
+        response,
+        HTTPStatus.NOT_IMPLEMENTED,
+        "notImplemented",
+        f"{request.method} {request.path} is not emulated",
+    )
 
 
 class _RequestHandler(BaseHTTPRequestHandler):
@@ -231,7 +238,7 @@ class GcsEmulator:
         self._server.server_close()
         self._thread.join(timeout=10)
 
-    def __enter__(self) -> "GcsEmulator":
+    def __enter__(self) -> GcsEmulator:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -15,6 +15,7 @@ concurrent, large, conditional writes:
 
 Lock order is always object lock, then `self.lock` (the dicts); never the reverse.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -150,8 +151,9 @@ class GcsStorage(Storage):
                 self.blobs.delete(blob_key(bucket, name, current["generation"]))
         return dict(resource)
 
-    def update_metadata(self, bucket: str, name: str, change, preconditions: Preconditions,
-                        generation: str | None = None) -> dict:
+    def update_metadata(
+        self, bucket: str, name: str, change, preconditions: Preconditions, generation: str | None = None
+    ) -> dict:
         """Apply `change(resource) -> resource` to the live object under its lock."""
         with self.object_locks.hold(bucket, name), self.lock:
             current = self.live(bucket, name)
@@ -163,8 +165,13 @@ class GcsStorage(Storage):
             self._write_config_to_file()
             return dict(updated)
 
-    def remove(self, bucket: str, name: str, preconditions: Preconditions = Preconditions(),
-               generation: str | None = None) -> None:
+    def remove(
+        self,
+        bucket: str,
+        name: str,
+        preconditions: Preconditions = Preconditions(),
+        generation: str | None = None,
+    ) -> None:
         with self.object_locks.hold(bucket, name):
             with self.lock:
                 current = self.live(bucket, name)

@@ -5,6 +5,7 @@ library's version re-reads and rewrites the whole partial object for every chunk
 quadratic and holds several copies of a checkpoint shard in memory. Preconditions are checked
 when a session starts (fail fast) and again, atomically, when the last byte arrives.
 """
+
 from __future__ import annotations
 
 import secrets

@@ -14,7 +14,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m devstack.pubsub", description=__doc__)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8085, help="gRPC port (0 = any free port)")
-    parser.add_argument("--min-ack-deadline", type=float, default=1.0, help="smallest ack deadline accepted (s)")
+    parser.add_argument(
+        "--min-ack-deadline", type=float, default=1.0, help="smallest ack deadline accepted (s)"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
 

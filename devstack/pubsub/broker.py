@@ -16,8 +16,8 @@ import datetime
 import itertools
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import grpc
 from google.protobuf import field_mask_pb2
@@ -181,7 +181,7 @@ class Broker:
     def _publish_locked(self, topic: str, message: pubsub.PubsubMessage) -> str:
         stored = _copy(message)
         stored.message_id = str(next(self._message_ids))
-        stored.publish_time = datetime.datetime.now(datetime.timezone.utc)
+        stored.publish_time = datetime.datetime.now(datetime.UTC)
         size = pubsub.PubsubMessage.pb(stored).ByteSize()
         for state in self._subscriptions.values():
             if state.config.topic == topic and not state.config.detached:
@@ -255,7 +255,9 @@ class Broker:
         names.check_project(project)
         with self.changed:
             found = [
-                _copy(s.config) for n, s in sorted(self._subscriptions.items()) if names.project_of(n) == project
+                _copy(s.config)
+                for n, s in sorted(self._subscriptions.items())
+                if names.project_of(n) == project
             ]
         return _page(found, page_size, page_token)
 
@@ -313,7 +315,9 @@ class Broker:
                     return []
                 self.changed.wait(self._wait_time(state, now, give_up - now))
 
-    def next_stream_batch(self, state: SubscriptionState, holder: LeaseHolder) -> list[pubsub.ReceivedMessage] | None:
+    def next_stream_batch(
+        self, state: SubscriptionState, holder: LeaseHolder
+    ) -> list[pubsub.ReceivedMessage] | None:
         """Block until messages can go out on a stream; None once the stream is closed.
         Raises NOT_FOUND when the subscription is deleted (or replaced) under the stream."""
         with self.changed:
@@ -391,11 +395,13 @@ class Broker:
             if request.ack_ids:
                 self._acknowledge(state, request.ack_ids)
             if request.modify_deadline_ack_ids:
-                self._modify(state, list(zip(request.modify_deadline_ack_ids, request.modify_deadline_seconds)))
+                self._modify(
+                    state, list(zip(request.modify_deadline_ack_ids, request.modify_deadline_seconds))
+                )
 
     def _modify(self, state: SubscriptionState, changes: list[tuple[str, int]]) -> None:
         now = self._clock()
-        for ack_id, seconds in changes:
+        for _ack_id, seconds in changes:
             if not 0 <= seconds <= MAX_ACK_DEADLINE_SECONDS:
                 raise names.invalid(f"Invalid ack deadline {seconds}: must be between 0 and 600.")
         for ack_id, seconds in changes:
@@ -421,7 +427,9 @@ class Broker:
 
     # ---------------------------------------------------------------- delivery internals
 
-    def _deliverable(self, state: SubscriptionState, now: float, limit: int, holder: LeaseHolder | None) -> list[Pending]:
+    def _deliverable(
+        self, state: SubscriptionState, now: float, limit: int, holder: LeaseHolder | None
+    ) -> list[Pending]:
         if state.config.detached:
             return []
         ordered = state.config.enable_message_ordering
@@ -517,7 +525,9 @@ def _dead_letter_copy(pending: Pending, subscription: str) -> pubsub.PubsubMessa
     message.attributes["CloudPubSubDeadLetterSourceDeliveryCount"] = str(pending.attempts)
     message.attributes["CloudPubSubDeadLetterSourceSubscription"] = subscription.split("/")[-1]
     message.attributes["CloudPubSubDeadLetterSourceSubscriptionProject"] = project
-    message.attributes["CloudPubSubDeadLetterSourceTopicPublishTime"] = pending.message.publish_time.isoformat()
+    message.attributes["CloudPubSubDeadLetterSourceTopicPublishTime"] = (
+        pending.message.publish_time.isoformat()
+    )
     return message
 
 
@@ -527,7 +537,10 @@ def _apply_mask(stored, update, mask: field_mask_pb2.FieldMask, immutable: set[s
             raise PubSubError(grpc.StatusCode.INVALID_ARGUMENT, f"Field {path} cannot be updated.")
     try:
         mask.MergeMessage(
-            type(update).pb(update), type(stored).pb(stored), replace_message_field=True, replace_repeated_field=True
+            type(update).pb(update),
+            type(stored).pb(stored),
+            replace_message_field=True,
+            replace_repeated_field=True,
         )
     except ValueError as error:
         raise names.invalid(f"Invalid update_mask: {error}") from error

@@ -32,7 +32,9 @@ def not_found(what: str) -> PubSubError:
 
 
 def already_exists(what: str) -> PubSubError:
-    return PubSubError(grpc.StatusCode.ALREADY_EXISTS, f"Resource already exists in the project (resource={what}).")
+    return PubSubError(
+        grpc.StatusCode.ALREADY_EXISTS, f"Resource already exists in the project (resource={what})."
+    )
 
 
 def invalid(message: str) -> PubSubError:

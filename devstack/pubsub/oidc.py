@@ -47,11 +47,13 @@ class TokenSigner:
             serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
         )
         self.kid = hashlib.sha1(public_der).hexdigest()
-        self.certificate_pem = self._self_signed_certificate().public_bytes(serialization.Encoding.PEM).decode()
+        self.certificate_pem = (
+            self._self_signed_certificate().public_bytes(serialization.Encoding.PEM).decode()
+        )
 
     def _self_signed_certificate(self) -> x509.Certificate:
         subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "devstack-pubsub-oidc")])
-        now = datetime.datetime.now(datetime.timezone.utc)
+        now = datetime.datetime.now(datetime.UTC)
         return (
             x509.CertificateBuilder()
             .subject_name(subject)
@@ -68,8 +70,14 @@ class TokenSigner:
 
     def jwks_json(self) -> bytes:
         numbers = self._key.public_key().public_numbers()
-        jwk = {"kty": "RSA", "alg": "RS256", "use": "sig", "kid": self.kid,
-               "n": _uint_b64url(numbers.n), "e": _uint_b64url(numbers.e)}
+        jwk = {
+            "kty": "RSA",
+            "alg": "RS256",
+            "use": "sig",
+            "kid": self.kid,
+            "n": _uint_b64url(numbers.n),
+            "e": _uint_b64url(numbers.e),
+        }
         return json.dumps({"keys": [jwk]}).encode()
 
     def mint(
@@ -113,7 +121,7 @@ class CertsServer:
         documents = {CERTS_PATH: signer.certs_json(), JWKS_PATH: signer.jwks_json()}
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 (http.server naming)
+            def do_GET(self) -> None:
                 body = documents.get(self.path.split("?")[0])
                 if body is None:
                     self.send_error(404)
@@ -130,7 +138,9 @@ class CertsServer:
 
         self._server = ThreadingHTTPServer((host, port), Handler)
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="pubsub-oidc-certs", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="pubsub-oidc-certs", daemon=True
+        )
         self._thread.start()
 
     @property

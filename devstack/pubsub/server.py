@@ -64,13 +64,15 @@ class PubSubEmulator:
         self._server.stop(grace=1).wait(5)
         self._certs.stop()
 
-    def __enter__(self) -> "PubSubEmulator":
+    def __enter__(self) -> PubSubEmulator:
         return self
 
     def __exit__(self, *exc_info) -> None:
         self.stop()
 
 
-def start_pubsub(host: str = "127.0.0.1", port: int = 0, *, min_ack_deadline_seconds: float = 1.0) -> PubSubEmulator:
+def start_pubsub(
+    host: str = "127.0.0.1", port: int = 0, *, min_ack_deadline_seconds: float = 1.0
+) -> PubSubEmulator:
     """Start the emulator (port 0 = any free port) and return it running."""
     return PubSubEmulator(host, port, min_ack_deadline_seconds=min_ack_deadline_seconds)

@@ -66,7 +66,9 @@ class PublisherService:
                 ),
                 "DeleteTopic": _unary(self.delete_topic, s.DeleteTopicRequest, _empty),
                 "DetachSubscription": _unary(
-                    self.detach_subscription, s.DetachSubscriptionRequest, s.DetachSubscriptionResponse.serialize
+                    self.detach_subscription,
+                    s.DetachSubscriptionRequest,
+                    s.DetachSubscriptionResponse.serialize,
                 ),
             },
         )
@@ -88,7 +90,9 @@ class PublisherService:
         return pubsub.ListTopicsResponse(topics=topics, next_page_token=token)
 
     def list_topic_subscriptions(self, request: pubsub.ListTopicSubscriptionsRequest, context):
-        found, token = self._broker.list_topic_subscriptions(request.topic, request.page_size, request.page_token)
+        found, token = self._broker.list_topic_subscriptions(
+            request.topic, request.page_size, request.page_token
+        )
         return pubsub.ListTopicSubscriptionsResponse(subscriptions=found, next_page_token=token)
 
     def delete_topic(self, request: pubsub.DeleteTopicRequest, context):
@@ -110,8 +114,12 @@ class SubscriberService:
         return grpc.method_handlers_generic_handler(
             "google.pubsub.v1.Subscriber",
             {
-                "CreateSubscription": _unary(self.create_subscription, s.Subscription, s.Subscription.serialize),
-                "GetSubscription": _unary(self.get_subscription, s.GetSubscriptionRequest, s.Subscription.serialize),
+                "CreateSubscription": _unary(
+                    self.create_subscription, s.Subscription, s.Subscription.serialize
+                ),
+                "GetSubscription": _unary(
+                    self.get_subscription, s.GetSubscriptionRequest, s.Subscription.serialize
+                ),
                 "UpdateSubscription": _unary(
                     self.update_subscription, s.UpdateSubscriptionRequest, s.Subscription.serialize
                 ),
@@ -149,7 +157,9 @@ class SubscriberService:
         self._broker.delete_subscription(request.subscription)
 
     def modify_ack_deadline(self, request: pubsub.ModifyAckDeadlineRequest, context):
-        self._broker.modify_ack_deadline(request.subscription, list(request.ack_ids), request.ack_deadline_seconds)
+        self._broker.modify_ack_deadline(
+            request.subscription, list(request.ack_ids), request.ack_deadline_seconds
+        )
 
     def acknowledge(self, request: pubsub.AcknowledgeRequest, context):
         self._broker.acknowledge(request.subscription, list(request.ack_ids))
@@ -182,7 +192,10 @@ class SubscriberService:
             self._streams.add(holder)
         context.add_callback(lambda: self._broker.release_holder(holder))
         reader = threading.Thread(
-            target=self._read_stream, args=(requests, state, holder, context), name="pubsub-stream-reader", daemon=True
+            target=self._read_stream,
+            args=(requests, state, holder, context),
+            name="pubsub-stream-reader",
+            daemon=True,
         )
         reader.start()
         properties = pubsub.StreamingPullResponse.SubscriptionProperties(
@@ -197,7 +210,9 @@ class SubscriberService:
                     context.abort(error.code, error.message)
                 if batch is None:
                     return
-                yield pubsub.StreamingPullResponse(received_messages=batch, subscription_properties=properties)
+                yield pubsub.StreamingPullResponse(
+                    received_messages=batch, subscription_properties=properties
+                )
         finally:
             self._broker.release_holder(holder)
             with self._streams_lock:

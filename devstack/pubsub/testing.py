@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 from devstack.pubsub.server import PubSubEmulator, start_pubsub
 

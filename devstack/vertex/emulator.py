@@ -8,10 +8,10 @@ import re
 import sys
 import threading
 import time
+from collections.abc import Iterable
 from concurrent import futures
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Iterable
 
 import grpc
 from google.cloud.aiplatform_v1 import (
@@ -51,7 +51,7 @@ class ApiError(Exception):
 
 
 def _now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def _copy(job: CustomJob) -> CustomJob:
@@ -222,9 +222,7 @@ class VertexEmulator:
             before = int(request.page_token)
         with self.changed:
             records = sorted(self._jobs.values(), key=lambda r: int(r.job_id), reverse=True)
-            selected = [
-                r for r in records if (before is None or int(r.job_id) < before) and matches(r.job)
-            ]
+            selected = [r for r in records if (before is None or int(r.job_id) < before) and matches(r.job)]
             page = selected[:page_size]
             token = page[-1].job_id if len(selected) > page_size else ""
             return ListCustomJobsResponse(custom_jobs=[_copy(r.job) for r in page], next_page_token=token)

@@ -12,8 +12,9 @@ import logging
 import queue
 import threading
 import uuid
-from datetime import datetime, timezone
-from typing import Any, Callable
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
 
 from google.cloud.aiplatform_v1 import JobState
 
@@ -36,7 +37,7 @@ _insert_prefix = uuid.uuid4().hex[:12]
 
 
 def rfc3339(moment: datetime) -> str:
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def state_log_entry(project: str, job_id: str, state: JobState, when: datetime) -> dict[str, Any]:
@@ -51,7 +52,7 @@ def state_log_entry(project: str, job_id: str, state: JobState, when: datetime) 
         "severity": "ERROR" if state == JobState.JOB_STATE_FAILED else "INFO",
         "textPayload": _TEXT.get(state, f"Job state changed to {state.name}."),
         "timestamp": rfc3339(when),
-        "receiveTimestamp": rfc3339(datetime.now(timezone.utc)),
+        "receiveTimestamp": rfc3339(datetime.now(UTC)),
     }
 
 

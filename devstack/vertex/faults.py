@@ -6,7 +6,7 @@ import random
 import threading
 import time
 from collections import deque
-from typing import Iterable
+from collections.abc import Iterable
 
 import grpc
 

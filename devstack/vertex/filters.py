@@ -11,9 +11,9 @@ caller relying on an unsupported filter learns it at once instead of getting eve
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import Callable
+from datetime import UTC, datetime
 
 from google.cloud.aiplatform_v1 import CustomJob, JobState
 
@@ -69,7 +69,7 @@ def _parse_time(raw: str) -> datetime:
     except ValueError as exc:
         raise FilterError(f"not an RFC 3339 timestamp: {raw!r}") from exc
     # RFC 3339 always carries an offset; a bare time is read as UTC rather than refused.
-    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 _COMPARE = {

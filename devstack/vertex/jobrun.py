@@ -158,9 +158,9 @@ class JobRunner:
         record, host = self.record, self.host
         timeout = record.job.job_spec.scheduling.timeout.total_seconds()
         self._wait(
-            lambda: self._stop_or_interrupt_seen()
-            or self._first_failure() is not None
-            or self._all_succeeded(),
+            lambda: (
+                self._stop_or_interrupt_seen() or self._first_failure() is not None or self._all_succeeded()
+            ),
             timeout if timeout > 0 else None,
         )
         # Decide under the lock so a late cancel or preemption cannot slip between check and act.

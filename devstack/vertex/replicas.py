@@ -14,10 +14,10 @@ import socket
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from google.cloud.aiplatform_v1 import CustomJobSpec
 

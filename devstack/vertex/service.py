@@ -7,8 +7,9 @@ JobService (or any other service) is left unhandled, which gRPC answers with UNI
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from google.cloud.aiplatform_v1 import (

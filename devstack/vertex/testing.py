@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
-from typing import Mapping, Sequence
 
 import grpc
 from google.cloud.aiplatform_v1 import (

@@ -47,7 +47,9 @@ def _pool_problem(index: int, pool: WorkerPoolSpec) -> str | None:
     if not container.image_uri:
         return f"{where}.container_spec.image_uri is required."
     if not container.command:
-        return f"{where}.container_spec.command is required by devstack (it cannot run an image's entrypoint)."
+        return (
+            f"{where}.container_spec.command is required by devstack (it cannot run an image's entrypoint)."
+        )
     if len(container.env) > MAX_ENV_ENTRIES:
         return f"{where}.container_spec.env may hold at most {MAX_ENV_ENTRIES} entries."
     return None

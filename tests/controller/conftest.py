@@ -1,4 +1,5 @@
 """Fixtures for controller tests: the engine wired to devstack's stand-ins through real clients."""
+
 from __future__ import annotations
 
 import json
@@ -37,9 +38,14 @@ class Stack:
         self._entries_lock = threading.Lock()
         self.pubsub = start_pubsub()
         self.gcs = start_gcs()
-        self.vertex = start_vertex(project=PROJECT, region=REGION, workdir=str(workdir),
-                                   event_sink=self._record, provisioning_seconds=0.2,
-                                   kill_grace_seconds=2.0)
+        self.vertex = start_vertex(
+            project=PROJECT,
+            region=REGION,
+            workdir=str(workdir),
+            event_sink=self._record,
+            provisioning_seconds=0.2,
+            kill_grace_seconds=2.0,
+        )
         self.env = {
             "PUBSUB_EMULATOR_HOST": self.pubsub.host_port,
             "STORAGE_EMULATOR_HOST": self.gcs.url,
@@ -100,8 +106,9 @@ def read_alerts(subscription: str, want: int = 1, timeout: float = 20.0) -> list
         for received in response.received_messages:
             found.append(json.loads(received.message.data))
         if response.received_messages:
-            subscriber.acknowledge(subscription=subscription,
-                                   ack_ids=[r.ack_id for r in response.received_messages])
+            subscriber.acknowledge(
+                subscription=subscription, ack_ids=[r.ack_id for r in response.received_messages]
+            )
     return found
 
 
@@ -112,21 +119,36 @@ def make_engine(stack, tmp_path, alerts_topic):
     db = tmp_path / "state.db"
 
     def build(**overrides) -> Engine:
-        values = {"vertex_endpoint": stack.vertex.host_port, "project": PROJECT, "region": REGION,
-                  "reconcile_seconds": 1, "submit_retry_seconds": 0.5, **overrides}
+        values = {
+            "vertex_endpoint": stack.vertex.host_port,
+            "project": PROJECT,
+            "region": REGION,
+            "reconcile_seconds": 1,
+            "submit_retry_seconds": 0.5,
+            **overrides,
+        }
         settings = Settings(**values)
         alerts = AlertSink(TopicPublisher(), alerts_topic[0], cooldown_seconds=0)
-        deps = Dependencies(store=SqliteStateStore(db), vertex=VertexBackend(settings, retry_max_wait=0.5),
-                            checkpoints=CheckpointProbe(), alerts=alerts)
+        deps = Dependencies(
+            store=SqliteStateStore(db),
+            vertex=VertexBackend(settings, retry_max_wait=0.5),
+            checkpoints=CheckpointProbe(),
+            alerts=alerts,
+        )
         return Engine(settings, deps, rng=random.Random(1))
 
     return build
 
 
 def request(job_id: str, bucket: str, *, args=(), replicas: int = 1, policy=None) -> bytes:
-    pool = {"machineSpec": {"machineType": "n1-standard-4"}, "replicaCount": 1,
-            "containerSpec": {"imageUri": "us-docker.pkg.dev/demo/trainer:1",
-                              "command": [sys.executable, FAKE_TRAINER, *args]}}
+    pool = {
+        "machineSpec": {"machineType": "n1-standard-4"},
+        "replicaCount": 1,
+        "containerSpec": {
+            "imageUri": "us-docker.pkg.dev/demo/trainer:1",
+            "command": [sys.executable, FAKE_TRAINER, *args],
+        },
+    }
     pools = [pool]
     if replicas > 1:
         pools.append({**pool, "replicaCount": replicas - 1})

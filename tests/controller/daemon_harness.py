@@ -1,4 +1,5 @@
 """Start `relaunch controller` as a real process against devstack, and talk to it over HTTP."""
+
 from __future__ import annotations
 
 import json
@@ -24,11 +25,17 @@ class ControllerProcess:
     def __init__(self, env: dict[str, str], log_path: Path, **settings: str):
         self.port = free_port()
         self.log_path = log_path
-        full_env = {**os.environ, **env, "PORT": str(self.port),
-                    "RELAUNCH_CREATE_SUBSCRIPTIONS": "true", **settings}
+        full_env = {
+            **os.environ,
+            **env,
+            "PORT": str(self.port),
+            "RELAUNCH_CREATE_SUBSCRIPTIONS": "true",
+            **settings,
+        }
         self._log = open(log_path, "ab")
-        self.proc = subprocess.Popen([RELAUNCH, "controller"], env=full_env, stdout=self._log,
-                                     stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(
+            [RELAUNCH, "controller"], env=full_env, stdout=self._log, stderr=subprocess.STDOUT
+        )
 
     def get(self, path: str):
         try:

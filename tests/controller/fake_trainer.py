@@ -5,6 +5,7 @@ first, then the commit marker), resumes from RELAUNCH_RESUME_FROM, and on SIGTER
 exit record `preempted` and exits 75, exactly as the real trainer does. With `--fail-with N` it
 exits N at step `--fail-at` without any record (a user error).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,18 +44,33 @@ def main() -> int:
     if resume:
         _, step = layout.split_checkpoint_dir(resume)
     # Tell the test where this attempt started (only pool 0 replica 0 writes).
-    chief = json.loads(os.environ.get("CLUSTER_SPEC", "{}")).get("task", {}).get("type", "workerpool0") == "workerpool0"
+    chief = (
+        json.loads(os.environ.get("CLUSTER_SPEC", "{}")).get("task", {}).get("type", "workerpool0")
+        == "workerpool0"
+    )
     if chief:
-        store.write_bytes(f"starts/attempt-{attempt:04d}.json",
-                          json.dumps({"attempt": attempt, "resume": resume, "step": step}).encode())
+        store.write_bytes(
+            f"starts/attempt-{attempt:04d}.json",
+            json.dumps({"attempt": attempt, "resume": resume, "step": step}).encode(),
+        )
     last_committed = step if resume else None
     while step < args.steps:
         if stop:
             if chief:
-                storage.write_exit_record(store, layout.ExitRecord(
-                    job_id=job_id, attempt=attempt, reason="preempted", signal="SIGTERM", step=step,
-                    last_committed_step=last_committed, checkpoint_saved=last_committed == step,
-                    exit_code=75, time=layout.utc_now()))
+                storage.write_exit_record(
+                    store,
+                    layout.ExitRecord(
+                        job_id=job_id,
+                        attempt=attempt,
+                        reason="preempted",
+                        signal="SIGTERM",
+                        step=step,
+                        last_committed_step=last_committed,
+                        checkpoint_saved=last_committed == step,
+                        exit_code=75,
+                        time=layout.utc_now(),
+                    ),
+                )
             return 75
         time.sleep(args.step_seconds)
         step += 1
@@ -65,10 +81,17 @@ def main() -> int:
             payload = json.dumps({"step": step}).encode()
             store.write_bytes(key, payload)
             marker = layout.CommitMarker(
-                step=step, world_size=1, engine="fake", job_id=job_id, attempt=attempt,
+                step=step,
+                world_size=1,
+                engine="fake",
+                job_id=job_id,
+                attempt=attempt,
                 wall_time=layout.utc_now(),
-                files=(layout.FileEntry(path="shard-0.bin", size=len(payload), sha256="0" * 64),))
-            store.create_only(f"{layout.step_dir_name(step)}/{layout.COMMIT_MARKER_NAME}", marker.to_json().encode())
+                files=(layout.FileEntry(path="shard-0.bin", size=len(payload), sha256="0" * 64),),
+            )
+            store.create_only(
+                f"{layout.step_dir_name(step)}/{layout.COMMIT_MARKER_NAME}", marker.to_json().encode()
+            )
             last_committed = step
     return 0
 

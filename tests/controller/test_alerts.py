@@ -3,6 +3,7 @@ client), the structured log line, and the optional webhook.
 
 Every kind is provoked through devstack with the real engine; nothing Google is mocked.
 """
+
 from __future__ import annotations
 
 import io
@@ -56,15 +57,26 @@ def cancel_and_finish(engine, job_id):
 @pytest.fixture
 def engine_for(stack, tmp_path, alerts_topic):
     """An engine whose alert sink takes its cooldown from Settings (as the daemon builds it)."""
+
     def build(**overrides) -> Engine:
-        values = {"vertex_endpoint": stack.vertex.host_port, "project": PROJECT, "region": REGION,
-                  "reconcile_seconds": 1, "submit_retry_seconds": 0.5, **overrides}
+        values = {
+            "vertex_endpoint": stack.vertex.host_port,
+            "project": PROJECT,
+            "region": REGION,
+            "reconcile_seconds": 1,
+            "submit_retry_seconds": 0.5,
+            **overrides,
+        }
         settings = Settings(**values)
-        alerts = AlertSink(TopicPublisher(), alerts_topic[0],
-                           cooldown_seconds=settings.alert_cooldown_seconds)
-        deps = Dependencies(store=SqliteStateStore(tmp_path / "state.db"),
-                            vertex=VertexBackend(settings, retry_attempts=2, retry_max_wait=0.2),
-                            checkpoints=CheckpointProbe(), alerts=alerts)
+        alerts = AlertSink(
+            TopicPublisher(), alerts_topic[0], cooldown_seconds=settings.alert_cooldown_seconds
+        )
+        deps = Dependencies(
+            store=SqliteStateStore(tmp_path / "state.db"),
+            vertex=VertexBackend(settings, retry_attempts=2, retry_max_wait=0.2),
+            checkpoints=CheckpointProbe(),
+            alerts=alerts,
+        )
         return Engine(settings, deps, rng=random.Random(1))
 
     return build
@@ -72,10 +84,15 @@ def engine_for(stack, tmp_path, alerts_topic):
 
 # --- each kind, provoked through devstack ------------------------------------------------------
 
+
 def test_user_error_with_no_failure_budget_raises_job_failed(bucket, engine_for, alerts_topic):
     engine = engine_for()
-    engine.accept_request(request("al-fail", bucket, args=["--fail-with", "1", "--fail-at", "1"],
-                                  policy={"maxFailures": 0, **FAST}), {})
+    engine.accept_request(
+        request(
+            "al-fail", bucket, args=["--fail-with", "1", "--fail-at", "1"], policy={"maxFailures": 0, **FAST}
+        ),
+        {},
+    )
     doc = drive(engine, "al-fail", terminal)
     assert doc["phase"] == "failed"
 
@@ -90,8 +107,15 @@ def test_user_error_with_no_failure_budget_raises_job_failed(bucket, engine_for,
 def test_infrastructure_failures_without_progress_raise_crash_loop(bucket, engine_for, alerts_topic):
     engine = engine_for()
     # Exit 69 is the trainer's rendezvous timeout: infrastructure, and no checkpoint ever lands.
-    engine.accept_request(request("al-loop", bucket, args=["--fail-with", "69", "--fail-at", "1"],
-                                  policy={"maxFailures": 10, "crashLoopAttempts": 2, **FAST}), {})
+    engine.accept_request(
+        request(
+            "al-loop",
+            bucket,
+            args=["--fail-with", "69", "--fail-at", "1"],
+            policy={"maxFailures": 10, "crashLoopAttempts": 2, **FAST},
+        ),
+        {},
+    )
     doc = drive(engine, "al-loop", terminal)
     assert [a["ending"] for a in doc["attempts"]] == ["infrastructure", "infrastructure"]
 
@@ -101,7 +125,8 @@ def test_infrastructure_failures_without_progress_raise_crash_loop(bucket, engin
 
 
 def test_capacity_wait_fires_while_queued_and_resolves_when_the_attempt_runs(
-        stack, bucket, engine_for, alerts_topic):
+    stack, bucket, engine_for, alerts_topic
+):
     engine = engine_for(capacity_wait_alert_seconds=0.3)
     stack.vertex.set_stockout(queue_seconds=120)
     try:
@@ -126,11 +151,17 @@ def test_capacity_wait_fires_while_queued_and_resolves_when_the_attempt_runs(
 
 def test_two_preemptions_within_the_window_raise_preemption_storm(stack, bucket, engine_for, alerts_topic):
     engine = engine_for(preemption_storm_count=2)
-    engine.accept_request(request("al-storm", bucket, args=["--steps", "4000"],
-                                  policy={"maxFailures": 0, **FAST}), {})
+    engine.accept_request(
+        request("al-storm", bucket, args=["--steps", "4000"], policy={"maxFailures": 0, **FAST}), {}
+    )
     for attempt in (1, 2):
-        doc = drive(engine, "al-storm", lambda d: d["attempt"] == attempt
-                    and d["attempts"][-1]["vertexJob"] and not d["attempts"][-1]["ending"])
+        doc = drive(
+            engine,
+            "al-storm",
+            lambda d: (
+                d["attempt"] == attempt and d["attempts"][-1]["vertexJob"] and not d["attempts"][-1]["ending"]
+            ),
+        )
         assert stack.vertex.preempt(doc["attempts"][-1]["vertexJob"], grace_seconds=1)
     drive(engine, "al-storm", lambda d: d["preemptions"] == 2)
 
@@ -200,11 +231,13 @@ class GatedVertexPort:
 
 
 def test_persistent_vertex_errors_raise_controller_degraded_and_recovery_resolves_it(
-        stack, engine_for, alerts_topic):
+    stack, engine_for, alerts_topic
+):
     port = GatedVertexPort(stack.vertex.host_port)
     try:
-        engine = engine_for(vertex_endpoint=port.address, degraded_after_failed_passes=2,
-                            alert_cooldown_seconds=600)
+        engine = engine_for(
+            vertex_endpoint=port.address, degraded_after_failed_passes=2, alert_cooldown_seconds=600
+        )
         failures = []
 
         def one_pass():
@@ -232,6 +265,7 @@ def test_persistent_vertex_errors_raise_controller_degraded_and_recovery_resolve
 
 # --- the sink itself: cooldown, resolve, log line ----------------------------------------------
 
+
 def pull_with_attributes(subscription: str, want: int) -> list[tuple[dict, dict]]:
     subscriber = pubsub_v1.SubscriberClient()
     found: list[tuple[dict, dict]] = []
@@ -241,8 +275,9 @@ def pull_with_attributes(subscription: str, want: int) -> list[tuple[dict, dict]
         for received in response.received_messages:
             found.append((json.loads(received.message.data), dict(received.message.attributes)))
         if response.received_messages:
-            subscriber.acknowledge(subscription=subscription,
-                                   ack_ids=[r.ack_id for r in response.received_messages])
+            subscriber.acknowledge(
+                subscription=subscription, ack_ids=[r.ack_id for r in response.received_messages]
+            )
     return found
 
 
@@ -260,8 +295,7 @@ def test_identical_firings_within_the_cooldown_publish_once(alerts_topic):
     messages = pull_with_attributes(alerts_topic[1], want=2)
     assert [m["summary"] for m, _ in messages] == ["first", "later"]
     assert [m["time"] for m, _ in messages] == [rfc3339(1_000_000.0), rfc3339(1_000_061.0)]
-    assert messages[0][1] == {"kind": "job_failed", "severity": "ERROR", "jobId": "dd-1",
-                              "state": "firing"}
+    assert messages[0][1] == {"kind": "job_failed", "severity": "ERROR", "jobId": "dd-1", "state": "firing"}
 
 
 def test_alert_log_line_is_one_structured_line_cloud_monitoring_can_match(alerts_topic):
@@ -283,6 +317,7 @@ def test_alert_log_line_is_one_structured_line_cloud_monitoring_can_match(alerts
 
 
 # --- webhook -------------------------------------------------------------------------------------
+
 
 class ChatServer:
     """A local Slack-like webhook: answers each POST with the next scripted status."""
@@ -326,11 +361,11 @@ def test_webhook_retries_a_5xx_and_posts_slack_text():
     webhook = WebhookSink(chat.url, timeout_seconds=2, backoff_initial=0.01, backoff_max=0.05)
     try:
         sink = AlertSink(None, None, on_alert=webhook.send)
-        sink.raise_alert("job_failed", "ERROR", "job wh-1 failed: budget exhausted",
-                         job_id="wh-1", attempt=3)
+        sink.raise_alert("job_failed", "ERROR", "job wh-1 failed: budget exhausted", job_id="wh-1", attempt=3)
         assert chat.delivered.wait(10)
-        assert chat.bodies == [{"text": "[ERROR] job_failed: job wh-1 attempt 3: "
-                                        "job wh-1 failed: budget exhausted"}]
+        assert chat.bodies == [
+            {"text": "[ERROR] job_failed: job wh-1 attempt 3: job wh-1 failed: budget exhausted"}
+        ]
         assert chat.posts == 2  # the 500 was retried, once
         wait_for(lambda: webhook.delivered == 1, timeout=10)
         assert webhook.failed == 0

@@ -1,5 +1,6 @@
 """The job verbs (`submit`, `status`, `cancel`, `events`, `report`) through `controller.cli.main`,
 against devstack's stand-ins and a state store an Engine really wrote."""
+
 from __future__ import annotations
 
 import json
@@ -55,8 +56,16 @@ def finished_job(stack, bucket, make_engine, state_env):
 def test_status_lists_the_job_and_shows_its_attempts(finished_job, capsys):
     assert main(["status"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0].split() == ["JOB", "PHASE", "ATTEMPT", "PREEMPTIONS", "FAILURES", "CHECKPOINT",
-                              "AGE", "GOODPUT"]
+    assert out[0].split() == [
+        "JOB",
+        "PHASE",
+        "ATTEMPT",
+        "PREEMPTIONS",
+        "FAILURES",
+        "CHECKPOINT",
+        "AGE",
+        "GOODPUT",
+    ]
     row = out[1].split()
     assert row[:6] == [finished_job, "succeeded", "1", "0", "0", "6"] and row[7].endswith("%")
 
@@ -126,8 +135,9 @@ def test_cancel_publishes_a_cancel_request(stack, requests_topic, capsys):
     assert json.loads(pull_one(requests_topic)) == {"jobId": "cli-sub", "action": "cancel"}
 
 
-def test_submit_wait_follows_the_job_to_success(stack, bucket, make_engine, state_env, tmp_path,
-                                                requests_topic, capsys):
+def test_submit_wait_follows_the_job_to_success(
+    stack, bucket, make_engine, state_env, tmp_path, requests_topic, capsys
+):
     """The engine takes the request off the topic as the daemon would; `--wait` prints progress
     from the state store and exits 0 when the job succeeds."""
     job_id = f"cli-wait-{uuid.uuid4().hex[:6]}"

@@ -1,4 +1,5 @@
 """`relaunch controller` as a real process: Pub/Sub intake, crash safety, and the leader lease."""
+
 from __future__ import annotations
 
 import time
@@ -16,8 +17,12 @@ def publish(body: bytes, topic: str = "relaunch-requests") -> None:
 
 
 def vertex_jobs_for(stack, job_id, attempt=None):
-    return [j for j in stack.vertex.jobs() if j.labels.get("relaunch-job") == job_id
-            and (attempt is None or j.labels.get("relaunch-attempt") == str(attempt))]
+    return [
+        j
+        for j in stack.vertex.jobs()
+        if j.labels.get("relaunch-job") == job_id
+        and (attempt is None or j.labels.get("relaunch-attempt") == str(attempt))
+    ]
 
 
 @pytest.fixture
@@ -52,11 +57,13 @@ def settings(tmp_path):
 
 
 @pytest.mark.parametrize("crash_point", ["after-intent", "after-create"])
-def test_a_controller_killed_mid_submission_leaves_exactly_one_vertex_job(stack, bucket, tmp_path, settings,
-                                                                          controllers, crash_point):
+def test_a_controller_killed_mid_submission_leaves_exactly_one_vertex_job(
+    stack, bucket, tmp_path, settings, controllers, crash_point
+):
     job_id = f"crash-{crash_point}"
-    doomed = controllers(stack.env, tmp_path / "first.log", **settings,
-                               RELAUNCH_FAULT_CRASH_POINT=crash_point)
+    doomed = controllers(
+        stack.env, tmp_path / "first.log", **settings, RELAUNCH_FAULT_CRASH_POINT=crash_point
+    )
     doomed.wait_ready("leader")
     publish(request(job_id, bucket, args=["--steps", "3"]), settings["RELAUNCH_REQUESTS_TOPIC"])
     doomed.proc.wait(timeout=60)
@@ -67,21 +74,31 @@ def test_a_controller_killed_mid_submission_leaves_exactly_one_vertex_job(stack,
 
     survivor = controllers(stack.env, tmp_path / "second.log", **settings)
     survivor.wait_ready("leader")
-    doc = wait_for(lambda: (d := survivor.job(job_id)) and d["phase"] == "succeeded" and d,
-                   what="job succeeded after restart")
+    doc = wait_for(
+        lambda: (d := survivor.job(job_id)) and d["phase"] == "succeeded" and d,
+        what="job succeeded after restart",
+    )
     assert doc["attempt"] == 1
     assert len(vertex_jobs_for(stack, job_id, attempt=1)) == 1
 
 
-def test_only_the_lease_holder_acts_and_the_standby_takes_over(stack, bucket, tmp_path, settings, controllers):
-    settings = {**settings, "RELAUNCH_STATE_STORE": f"gs://{bucket}/controller-state",
-                "RELAUNCH_LEASE_SECONDS": "3", "RELAUNCH_LEASE_RENEW_SECONDS": "0.5"}
+def test_only_the_lease_holder_acts_and_the_standby_takes_over(
+    stack, bucket, tmp_path, settings, controllers
+):
+    settings = {
+        **settings,
+        "RELAUNCH_STATE_STORE": f"gs://{bucket}/controller-state",
+        "RELAUNCH_LEASE_SECONDS": "3",
+        "RELAUNCH_LEASE_RENEW_SECONDS": "0.5",
+    }
     leader = controllers(stack.env, tmp_path / "a.log", **settings, RELAUNCH_CONTROLLER_ID="ctl-a")
     leader.wait_ready("leader")
     standby = controllers(stack.env, tmp_path / "b.log", **settings, RELAUNCH_CONTROLLER_ID="ctl-b")
     assert "standby" in standby.wait_ready("standby")
-    publish(request("lease-1", bucket, args=["--steps", "600", "--step-seconds", "0.05"]),
-            settings["RELAUNCH_REQUESTS_TOPIC"])
+    publish(
+        request("lease-1", bucket, args=["--steps", "600", "--step-seconds", "0.05"]),
+        settings["RELAUNCH_REQUESTS_TOPIC"],
+    )
     wait_for(lambda: vertex_jobs_for(stack, "lease-1"), what="attempt 1 submitted")
     assert "attempt submitted" in leader.logs() and "attempt submitted" not in standby.logs()
 
@@ -93,7 +110,8 @@ def test_only_the_lease_holder_acts_and_the_standby_takes_over(stack, bucket, tm
 
     # The new leader now owns the job: cancel it through Pub/Sub and watch it obey.
     publish(b'{"jobId": "lease-1", "action": "cancel"}', settings["RELAUNCH_REQUESTS_TOPIC"])
-    wait_for(lambda: (d := standby.job("lease-1")) and d["phase"] == "cancelled" and d,
-             what="cancelled by the new leader")
+    wait_for(
+        lambda: (d := standby.job("lease-1")) and d["phase"] == "cancelled" and d,
+        what="cancelled by the new leader",
+    )
     assert len(vertex_jobs_for(stack, "lease-1")) == 1
-

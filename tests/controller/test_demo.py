@@ -1,4 +1,5 @@
 """The README's demo path, end to end: devstack + controller process + 2x2 DDP trainer job."""
+
 from controller.cli import main
 
 

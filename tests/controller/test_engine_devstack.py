@@ -3,13 +3,14 @@
 No mocks: the engine talks gRPC to the Vertex stand-in (which runs `fake_trainer.py` replicas as
 real processes), JSON-API to the GCS stand-in, and gRPC to the Pub/Sub stand-in for alerts.
 """
+
 from __future__ import annotations
 
 import json
 import time
 
-from google.cloud import aiplatform_v1, storage
 from google.auth.credentials import AnonymousCredentials
+from google.cloud import aiplatform_v1, storage
 
 from controller.pubsub_io import vertex_job_id_from_log_entry
 from tests.controller.conftest import PROJECT, read_alerts, request
@@ -59,9 +60,15 @@ def test_a_request_becomes_exactly_one_spot_job_that_succeeds(stack, bucket, mak
 
 def test_preemption_resubmits_from_the_latest_committed_checkpoint(stack, bucket, make_engine):
     engine = make_engine()
-    engine.accept_request(request("pre-1", bucket, args=["--steps", "80", "--every", "5"],
-                                  policy={"maxFailures": 0,
-                                          "backoff": {"initialSeconds": 0.3, "maxSeconds": 0.5}}), {})
+    engine.accept_request(
+        request(
+            "pre-1",
+            bucket,
+            args=["--steps", "80", "--every", "5"],
+            policy={"maxFailures": 0, "backoff": {"initialSeconds": 0.3, "maxSeconds": 0.5}},
+        ),
+        {},
+    )
     doc = drive(engine, "pre-1", lambda d: d["phase"] == "running" and (d["latestCheckpointStep"] or 0) >= 10)
     first = doc["attempts"][0]["vertexJob"]
     assert stack.vertex.preempt(first, grace_seconds=5)
@@ -82,11 +89,23 @@ def test_preemption_resubmits_from_the_latest_committed_checkpoint(stack, bucket
     assert start["step"] == second["resumeFromStep"]  # the trainer really got that location
 
 
-def test_user_errors_spend_the_failure_budget_then_fail_with_an_alert(stack, bucket, make_engine, alerts_topic):
+def test_user_errors_spend_the_failure_budget_then_fail_with_an_alert(
+    stack, bucket, make_engine, alerts_topic
+):
     engine = make_engine()
-    engine.accept_request(request("bad-1", bucket, args=["--fail-with", "1", "--fail-at", "1"],
-                                  policy={"maxFailures": 1, "crashLoopAttempts": 5,
-                                          "backoff": {"initialSeconds": 0.2, "maxSeconds": 0.3}}), {})
+    engine.accept_request(
+        request(
+            "bad-1",
+            bucket,
+            args=["--fail-with", "1", "--fail-at", "1"],
+            policy={
+                "maxFailures": 1,
+                "crashLoopAttempts": 5,
+                "backoff": {"initialSeconds": 0.2, "maxSeconds": 0.3},
+            },
+        ),
+        {},
+    )
     doc = drive(engine, "bad-1", terminal)
     assert doc["phase"] == "failed" and doc["failures"] == 2 and doc["preemptions"] == 0
     assert [a["ending"] for a in doc["attempts"]] == ["user_error", "user_error"]
@@ -99,9 +118,15 @@ def test_stockout_is_retried_with_backoff_until_capacity_returns(stack, bucket, 
     engine = make_engine()
     stack.vertex.set_stockout(fail=True)
     try:
-        engine.accept_request(request("stock-1", bucket, args=["--steps", "2"],
-                                      policy={"maxFailures": 10,
-                                              "backoff": {"initialSeconds": 0.2, "maxSeconds": 0.4}}), {})
+        engine.accept_request(
+            request(
+                "stock-1",
+                bucket,
+                args=["--steps", "2"],
+                policy={"maxFailures": 10, "backoff": {"initialSeconds": 0.2, "maxSeconds": 0.4}},
+            ),
+            {},
+        )
         doc = drive(engine, "stock-1", lambda d: d["failures"] >= 2)
         assert {a["rule"] for a in doc["attempts"] if a["ending"]} == {"capacity"}
         assert doc["phase"] in ("backing_off", "submitting", "queued")
@@ -132,13 +157,20 @@ def test_duplicate_requests_and_duplicated_reordered_events_make_one_job(stack, 
 
 def test_lost_events_still_recover_within_one_reconcile_period(stack, bucket, make_engine):
     engine = make_engine(reconcile_seconds=1)
-    engine.accept_request(request("lost-1", bucket, args=["--steps", "400", "--every", "5"],
-                                  policy={"backoff": {"initialSeconds": 0.01, "maxSeconds": 0.01,
-                                                      "jitter": 0}}), {})
+    engine.accept_request(
+        request(
+            "lost-1",
+            bucket,
+            args=["--steps", "400", "--every", "5"],
+            policy={"backoff": {"initialSeconds": 0.01, "maxSeconds": 0.01, "jitter": 0}},
+        ),
+        {},
+    )
     doc = drive(engine, "lost-1", lambda d: d["phase"] == "running")
     stack.vertex.preempt(doc["attempts"][0]["vertexJob"], grace_seconds=5)
-    stack.vertex.wait_for_state(doc["attempts"][0]["vertexJob"],
-                                {aiplatform_v1.JobState.JOB_STATE_FAILED}, timeout=30)
+    stack.vertex.wait_for_state(
+        doc["attempts"][0]["vertexJob"], {aiplatform_v1.JobState.JOB_STATE_FAILED}, timeout=30
+    )
     ended_seen_at = time.time()
     # No event is delivered at all: only the periodic reconcile (every 1 s here) notices.
     deadline = time.monotonic() + 10
@@ -169,6 +201,8 @@ def test_metrics_export_job_states_and_goodput(stack, bucket, make_engine):
     engine.reconcile()
     text = engine.metrics.render().decode()
     assert 'relaunch_jobs{state="succeeded"} 1.0' in text
-    assert 'relaunch_attempts_total 1.0' in text
-    goodput_line = next(l for l in text.splitlines() if l.startswith('relaunch_goodput_ratio{job_id="met-1"}'))
+    assert "relaunch_attempts_total 1.0" in text
+    goodput_line = next(
+        line for line in text.splitlines() if line.startswith('relaunch_goodput_ratio{job_id="met-1"}')
+    )
     assert 0.0 < float(goodput_line.split()[-1]) <= 1.0

@@ -1,4 +1,5 @@
 """A tiny harness that feeds events to the decision core the way the shell does."""
+
 from __future__ import annotations
 
 import random
@@ -10,8 +11,9 @@ from controller.core.decide import CoreConfig, decide, new_job
 from controller.core.model import JobState
 from controller.core.policy import Backoff, RestartPolicy
 
-PREEMPTED = ("The replica workerpool0-0 was preempted: the Spot VM was reclaimed. "
-             "Termination reason: Preempted.")
+PREEMPTED = (
+    "The replica workerpool0-0 was preempted: the Spot VM was reclaimed. Termination reason: Preempted."
+)
 USER_ERROR = "The replica workerpool1-0 exited with a non-zero status of 1. Termination reason: Error."
 STOCKOUT = "Resources are insufficient in region: us-central1."
 
@@ -25,7 +27,7 @@ class Run:
     actions: list[Action] = field(default_factory=list)
 
     @classmethod
-    def start(cls, **policy) -> "Run":
+    def start(cls, **policy) -> Run:
         run = cls(new_job("job-1", make_policy(**policy), 1000.0))
         run.feed(ev.RequestAccepted())
         return run
@@ -45,10 +47,12 @@ class Run:
     def running(self, n: int) -> list[Action]:
         return self.feed(ev.VertexObserved(n, vname(n), "RUNNING", start_time=self.now))
 
-    def ended(self, n: int, state: str = "FAILED", code: int = 0, message: str = "",
-              exit_reason: str | None = None) -> list[Action]:
-        return self.feed(ev.VertexObserved(n, vname(n), state, code, message,
-                                           end_time=self.now, exit_reason=exit_reason))
+    def ended(
+        self, n: int, state: str = "FAILED", code: int = 0, message: str = "", exit_reason: str | None = None
+    ) -> list[Action]:
+        return self.feed(
+            ev.VertexObserved(n, vname(n), state, code, message, end_time=self.now, exit_reason=exit_reason)
+        )
 
     def wake(self) -> list[Action]:
         """Jump to the scheduled wake-up and fire the timer."""
@@ -58,8 +62,7 @@ class Run:
 
 
 def make_policy(**overrides) -> RestartPolicy:
-    backoff = overrides.pop("backoff", Backoff(initial_seconds=10, multiplier=2, max_seconds=100,
-                                               jitter=0.2))
+    backoff = overrides.pop("backoff", Backoff(initial_seconds=10, multiplier=2, max_seconds=100, jitter=0.2))
     return RestartPolicy(backoff=backoff, **overrides)
 
 

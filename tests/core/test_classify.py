@@ -1,10 +1,12 @@
 """One case per row of the classifier table, plus the ordering that matters."""
+
 import pytest
 
 from controller.core.classify import RULES, Ending, Observation, classify
 
-PREEMPT_MSG = ("The replica workerpool0-0 was preempted: the Spot VM was reclaimed. "
-               "Termination reason: Preempted.")
+PREEMPT_MSG = (
+    "The replica workerpool0-0 was preempted: the Spot VM was reclaimed. Termination reason: Preempted."
+)
 EXIT_MSG = "The replica workerpool1-1 exited with a non-zero status of {}. Termination reason: Error."
 
 CASES = {

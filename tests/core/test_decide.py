@@ -1,4 +1,5 @@
 """Scenarios of a job's life, each checking what a user would see."""
+
 from controller.core import events as ev
 from controller.core.actions import CancelVertexJob, MarkTerminal, RaiseAlert, ScheduleWakeup, SubmitAttempt
 from controller.core.classify import Ending
@@ -229,8 +230,13 @@ def test_nothing_changes_after_a_terminal_state():
     run.submitted(1)
     run.ended(1, "SUCCEEDED")
     final = run.state
-    for event in (ev.TimerFired(), ev.CancelRequested(), ev.RequestAccepted(),
-                  ev.CheckpointObserved(99, "gs://x"), ev.VertexObserved(1, vname(1), "FAILED")):
+    for event in (
+        ev.TimerFired(),
+        ev.CancelRequested(),
+        ev.RequestAccepted(),
+        ev.CheckpointObserved(99, "gs://x"),
+        ev.VertexObserved(1, vname(1), "FAILED"),
+    ):
         assert run.feed(event) == []
     assert run.state == final
 

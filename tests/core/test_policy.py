@@ -15,8 +15,9 @@ def test_delays_grow_exponentially_without_jitter_and_cap():
 
 def test_same_seed_same_delays():
     backoff = Backoff()
-    assert ([backoff.delay(k, random.Random(7)) for k in range(1, 8)]
-            == [backoff.delay(k, random.Random(7)) for k in range(1, 8)])
+    assert [backoff.delay(k, random.Random(7)) for k in range(1, 8)] == [
+        backoff.delay(k, random.Random(7)) for k in range(1, 8)
+    ]
 
 
 def test_retry_count_starts_at_one():
@@ -25,8 +26,12 @@ def test_retry_count_starts_at_one():
 
 
 @given(
-    initial=st.floats(0.1, 1000), multiplier=st.floats(1.0, 10.0), extra=st.floats(0, 10000),
-    jitter=st.floats(0, 0.99), retry=st.integers(1, 10_000), seed=st.integers(0, 2**32),
+    initial=st.floats(0.1, 1000),
+    multiplier=st.floats(1.0, 10.0),
+    extra=st.floats(0, 10000),
+    jitter=st.floats(0, 0.99),
+    retry=st.integers(1, 10_000),
+    seed=st.integers(0, 2**32),
 )
 def test_every_delay_within_initial_and_max(initial, multiplier, extra, jitter, retry, seed):
     backoff = Backoff(initial, multiplier, initial + extra, jitter)

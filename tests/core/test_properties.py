@@ -1,4 +1,5 @@
 """Property-based tests: random, duplicated and reordered event sequences never break the rules."""
+
 import random
 
 from hypothesis import HealthCheck, given, settings
@@ -12,16 +13,18 @@ from controller.core.policy import Backoff, RestartPolicy
 from tests.core.driver import PREEMPTED, STOCKOUT, USER_ERROR, vname
 
 ATTEMPTS = st.integers(1, 5)
-ENDINGS = st.sampled_from([
-    ("SUCCEEDED", 0, "", None),
-    ("FAILED", 14, PREEMPTED, None),
-    ("FAILED", 3, USER_ERROR, None),
-    ("FAILED", 3, USER_ERROR, "preempted"),
-    ("FAILED", 8, STOCKOUT, None),
-    ("FAILED", 4, "Job exceeded its timeout of 60s.", None),
-    ("FAILED", 3, "exited with a non-zero status of 64.", "config_error"),
-    ("CANCELLED", 1, "CANCELED", None),
-])
+ENDINGS = st.sampled_from(
+    [
+        ("SUCCEEDED", 0, "", None),
+        ("FAILED", 14, PREEMPTED, None),
+        ("FAILED", 3, USER_ERROR, None),
+        ("FAILED", 3, USER_ERROR, "preempted"),
+        ("FAILED", 8, STOCKOUT, None),
+        ("FAILED", 4, "Job exceeded its timeout of 60s.", None),
+        ("FAILED", 3, "exited with a non-zero status of 64.", "config_error"),
+        ("CANCELLED", 1, "CANCELED", None),
+    ]
+)
 LIVE = st.sampled_from(["QUEUED", "PENDING", "RUNNING", "CANCELLING"])
 NAMES = st.builds(lambda n, dup: vname(n) + ("-dup" if dup else ""), ATTEMPTS, st.booleans())
 
@@ -31,8 +34,12 @@ EVENTS = st.one_of(
     st.builds(ev.AttemptNotFound, ATTEMPTS),
     st.builds(ev.SubmitFailed, ATTEMPTS, st.just("boom"), st.booleans()),
     st.builds(lambda n, name, s: ev.VertexObserved(n, name, s), ATTEMPTS, NAMES, LIVE),
-    st.builds(lambda n, name, e: ev.VertexObserved(n, name, e[0], e[1], e[2], exit_reason=e[3]),
-              ATTEMPTS, NAMES, ENDINGS),
+    st.builds(
+        lambda n, name, e: ev.VertexObserved(n, name, e[0], e[1], e[2], exit_reason=e[3]),
+        ATTEMPTS,
+        NAMES,
+        ENDINGS,
+    ),
     st.builds(ev.VertexJobMissing, ATTEMPTS, NAMES),
     st.builds(lambda s: ev.CheckpointObserved(s, f"gs://b/c/step-{s}"), st.integers(0, 500)),
     st.just(ev.TimerFired()),
@@ -43,16 +50,24 @@ POLICIES = st.builds(
     RestartPolicy,
     max_failures=st.integers(0, 4),
     max_preemptions=st.one_of(st.none(), st.integers(0, 4)),
-    backoff=st.builds(Backoff, initial_seconds=st.floats(1, 60), multiplier=st.floats(1, 3),
-                      max_seconds=st.floats(60, 600), jitter=st.floats(0, 0.5)),
+    backoff=st.builds(
+        Backoff,
+        initial_seconds=st.floats(1, 60),
+        multiplier=st.floats(1, 3),
+        max_seconds=st.floats(60, 600),
+        jitter=st.floats(0, 0.5),
+    ),
     crash_loop_attempts=st.integers(1, 4),
     on_demand_after_preemptions=st.one_of(st.none(), st.integers(0, 3)),
 )
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(policy=POLICIES, steps=st.lists(st.tuples(EVENTS, st.floats(0, 900), st.booleans()),
-                                       max_size=60), seed=st.integers(0, 2**32))
+@given(
+    policy=POLICIES,
+    steps=st.lists(st.tuples(EVENTS, st.floats(0, 900), st.booleans()), max_size=60),
+    seed=st.integers(0, 2**32),
+)
 def test_invariants_hold_for_any_event_sequence(policy, steps, seed):
     rng = random.Random(seed)
     now = 0.0
@@ -90,7 +105,8 @@ def test_invariants_hold_for_any_event_sequence(policy, steps, seed):
 
         # Budgets: exceeding one ends the job.
         if state.failures > policy.max_failures or (
-                policy.max_preemptions is not None and state.preemptions > policy.max_preemptions):
+            policy.max_preemptions is not None and state.preemptions > policy.max_preemptions
+        ):
             assert state.phase.terminal
 
         # Backoff wake-ups after an ending stay within the configured bounds.
@@ -100,7 +116,11 @@ def test_invariants_hold_for_any_event_sequence(policy, steps, seed):
             assert ScheduleWakeup(state.next_attempt_at) in decision.actions
 
         # Cancel always wins: no new attempt, never failed or running again.
-        if isinstance(event, ev.CancelRequested) and not before.phase.terminal and cancelled_at_attempt is None:
+        if (
+            isinstance(event, ev.CancelRequested)
+            and not before.phase.terminal
+            and cancelled_at_attempt is None
+        ):
             cancelled_at_attempt = state.current.number if state.current else 0
         if cancelled_at_attempt is not None:
             assert state.phase in (Phase.CANCELLING, Phase.CANCELLED, Phase.SUCCEEDED)

@@ -1,4 +1,5 @@
 """Helpers for tests that drive `relaunch devstack` as a user would: as a command."""
+
 from __future__ import annotations
 
 import os
@@ -14,8 +15,7 @@ def relaunch():
     command = os.path.join(os.path.dirname(sys.executable), "relaunch")
 
     def run(*args: str, timeout: float = 120, env: dict | None = None) -> subprocess.CompletedProcess:
-        return subprocess.run([command, *args], capture_output=True, text=True, timeout=timeout,
-                              env=env)
+        return subprocess.run([command, *args], capture_output=True, text=True, timeout=timeout, env=env)
 
     return run
 

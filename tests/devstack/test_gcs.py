@@ -1,5 +1,6 @@
 """The GCS stand-in, driven only through google-cloud-storage (and, for the race on a
 resumable session's last byte, the session URL the client library hands out)."""
+
 from __future__ import annotations
 
 import base64
@@ -46,6 +47,7 @@ def _md5(data: bytes) -> str:
 
 # ---- buckets ---------------------------------------------------------------------------
 
+
 def test_bucket_create_get_list_delete(client):
     client.create_bucket("lifecycle")
     with pytest.raises(gexc.Conflict):
@@ -68,6 +70,7 @@ def test_upload_into_missing_bucket_is_404(client):
 
 
 # ---- objects and metadata ---------------------------------------------------------------
+
 
 def test_object_metadata_checksums_and_generations(bucket):
     data = b"step 120 weights" * 1000
@@ -109,9 +112,15 @@ def test_declared_checksum_that_does_not_match_the_data_is_rejected(bucket, fiel
 def test_resumable_last_chunk_with_a_wrong_hash_is_rejected(bucket):
     url = bucket.blob("corrupt").create_resumable_upload_session()
     data = b"payload" * 1000
-    reply = requests.put(url, data=data, timeout=30, headers={
-        "Content-Range": f"bytes 0-{len(data) - 1}/{len(data)}",
-        "X-Goog-Hash": f"crc32c={_crc32c(b'other payload')}"})
+    reply = requests.put(
+        url,
+        data=data,
+        timeout=30,
+        headers={
+            "Content-Range": f"bytes 0-{len(data) - 1}/{len(data)}",
+            "X-Goog-Hash": f"crc32c={_crc32c(b'other payload')}",
+        },
+    )
     assert reply.status_code == 400
     assert bucket.get_blob("corrupt") is None
 
@@ -147,10 +156,17 @@ def test_download_of_a_replaced_generation_is_404(bucket):
 
 # ---- ranges ------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize(
     "start, end, expected",
-    [(0, 9, slice(0, 10)), (1000, 1999, slice(1000, 2000)), (4090, None, slice(4090, None)),
-     (4000, 999999, slice(4000, None)), (None, 4, slice(0, 5)), (-6, None, slice(-6, None))],
+    [
+        (0, 9, slice(0, 10)),
+        (1000, 1999, slice(1000, 2000)),
+        (4090, None, slice(4090, None)),
+        (4000, 999999, slice(4000, None)),
+        (None, 4, slice(0, 5)),
+        (-6, None, slice(-6, None)),
+    ],
 )
 def test_range_download(bucket, start, end, expected):
     data = hashlib.sha256(b"seed").digest() * 128  # 4096 bytes
@@ -166,10 +182,17 @@ def test_range_past_the_end_is_416(bucket):
 
 # ---- listing -----------------------------------------------------------------------------
 
+
 def test_list_with_prefix_and_delimiter(client, bucket):
-    names = ["ckpt/step-0000000010/rank-0.pt", "ckpt/step-0000000010/COMMITTED.json",
-             "ckpt/step-0000000020/rank-0.pt", "ckpt/exits/attempt-0001.json",
-             "ckpt/README", "other/file", "ckpt"]  # "ckpt" is both an object and a prefix
+    names = [
+        "ckpt/step-0000000010/rank-0.pt",
+        "ckpt/step-0000000010/COMMITTED.json",
+        "ckpt/step-0000000020/rank-0.pt",
+        "ckpt/exits/attempt-0001.json",
+        "ckpt/README",
+        "other/file",
+        "ckpt",
+    ]  # "ckpt" is both an object and a prefix
     for name in names:
         bucket.blob(name).upload_from_string(name.encode())
 
@@ -223,8 +246,14 @@ def _reload(bucket, name, **cond):
     bucket.blob(name).reload(**cond)
 
 
-OPERATIONS = {"upload": _upload, "resumable_upload": _resumable_upload, "patch": _patch,
-              "delete": _delete, "download": _download, "get_metadata": _reload}
+OPERATIONS = {
+    "upload": _upload,
+    "resumable_upload": _resumable_upload,
+    "patch": _patch,
+    "delete": _delete,
+    "download": _download,
+    "get_metadata": _reload,
+}
 
 
 @pytest.mark.parametrize("operation", OPERATIONS)
@@ -243,7 +272,10 @@ def test_precondition_fails_with_412_and_changes_nothing_then_holds(bucket, oper
     after = bucket.get_blob("guarded")
     assert after is not None
     assert (after.generation, after.metageneration, after.metadata) == (
-        before.generation, before.metageneration, before.metadata)
+        before.generation,
+        before.metageneration,
+        before.metadata,
+    )
     assert after.download_as_bytes() == b"original"
 
     run(bucket, "guarded", **{condition: holding(before.generation, before.metageneration)})
@@ -274,6 +306,7 @@ def test_generation_not_match_zero_means_must_exist(bucket):
 
 
 # ---- concurrency -------------------------------------------------------------------------
+
 
 def _race(contenders):
     """Run the callables at the same moment; return what each returned or raised."""
@@ -313,8 +346,7 @@ def test_two_resumable_sessions_racing_to_their_last_byte_only_one_commits(bucke
     # Both sessions start while the object does not exist, so both pass the check at
     # initiation; the decision must happen atomically when the last byte lands.
     payloads = [b"A" * 70_000, b"B" * 70_000]
-    urls = [bucket.blob("marker").create_resumable_upload_session(if_generation_match=0)
-            for _ in payloads]
+    urls = [bucket.blob("marker").create_resumable_upload_session(if_generation_match=0) for _ in payloads]
 
     def finish(url, data):
         headers = {"Content-Range": f"bytes 0-{len(data) - 1}/{len(data)}"}
@@ -326,16 +358,16 @@ def test_two_resumable_sessions_racing_to_their_last_byte_only_one_commits(bucke
 
 
 def test_concurrent_writes_to_different_objects_all_land(bucket):
-    outcomes = _race([
-        (lambda i=i: bucket.blob(f"rank-{i}.pt").upload_from_string(bytes([i]) * 50_000))
-        for i in range(6)
-    ])
+    outcomes = _race(
+        [(lambda i=i: bucket.blob(f"rank-{i}.pt").upload_from_string(bytes([i]) * 50_000)) for i in range(6)]
+    )
     assert outcomes == [None] * 6
     for i in range(6):
         assert bucket.blob(f"rank-{i}.pt").download_as_bytes() == bytes([i]) * 50_000
 
 
 # ---- persistence -------------------------------------------------------------------------
+
 
 def test_data_dir_survives_a_restart(tmp_path, monkeypatch):
     def connect(emulator):
@@ -357,7 +389,10 @@ def test_data_dir_survives_a_restart(tmp_path, monkeypatch):
         bucket = client.bucket("persistent")
         stored = bucket.get_blob("ckpt/step-0000000010/COMMITTED.json")
         assert (stored.generation, stored.metadata, stored.content_type) == (
-            generation, {"step": "10"}, "application/json")
+            generation,
+            {"step": "10"},
+            "application/json",
+        )
         assert stored.download_as_bytes() == b'{"step": 10}'
         assert bucket.get_blob("deleted") is None
         with pytest.raises(gexc.PreconditionFailed):  # still there as far as create-only knows

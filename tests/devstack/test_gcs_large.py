@@ -3,6 +3,7 @@
 It runs in a fresh process so that the process's peak memory says whether the object was
 ever held whole (by the client or the stand-in) instead of streamed.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -51,8 +52,15 @@ def _round_trip(workdir: str, results) -> None:
         stored = bucket.get_blob(blob.name)
         stored.download_to_filename(copy)  # client checks X-Goog-Hash
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    results.put({"expected": expected, "actual": _sha256_of(copy), "size": stored.size,
-                 "baseline": baseline, "peak": peak})
+    results.put(
+        {
+            "expected": expected,
+            "actual": _sha256_of(copy),
+            "size": stored.size,
+            "baseline": baseline,
+            "peak": peak,
+        }
+    )
 
 
 def test_200mb_resumable_round_trip_is_streamed_and_intact(tmp_path):

@@ -10,10 +10,7 @@ import pytest
 from google.api_core import exceptions
 from google.protobuf import field_mask_pb2
 
-
 PROJECT = "relaunch-dev"
-
-
 
 
 def unique(kind: str) -> str:

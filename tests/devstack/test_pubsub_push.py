@@ -22,8 +22,6 @@ PUSH_ACCOUNT = "pubsub-push@relaunch-dev.iam.gserviceaccount.com"
 AUDIENCE = "https://controller.relaunch.example/pubsub"
 
 
-
-
 class PushEndpoint:
     """A local HTTP endpoint that records each push request and answers with the next status
     from `statuses` (the last one repeats)."""
@@ -35,13 +33,15 @@ class PushEndpoint:
         endpoint = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802
+            def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers["Content-Length"]))
                 with endpoint._lock:
                     endpoint.requests.append(
                         {"path": self.path, "headers": dict(self.headers), "body": json.loads(body)}
                     )
-                    status = endpoint._statuses.pop(0) if len(endpoint._statuses) > 1 else endpoint._statuses[0]
+                    status = (
+                        endpoint._statuses.pop(0) if len(endpoint._statuses) > 1 else endpoint._statuses[0]
+                    )
                 self.send_response(status)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
@@ -81,7 +81,9 @@ def verify(token: str, emulator, audience: str = AUDIENCE) -> dict:
     )
 
 
-def test_push_posts_the_envelope_with_a_token_that_verifies(emulator, publisher, subscriber, endpoint_factory):
+def test_push_posts_the_envelope_with_a_token_that_verifies(
+    emulator, publisher, subscriber, endpoint_factory
+):
     endpoint = endpoint_factory([204])
     topic = publisher.create_topic(name=unique("topics")).name
     subscription = subscriber.create_subscription(
@@ -126,7 +128,10 @@ def test_push_token_audience_defaults_to_the_endpoint(emulator, publisher, subsc
         request={
             "name": unique("subscriptions"),
             "topic": topic,
-            "push_config": {"push_endpoint": endpoint.url, "oidc_token": {"service_account_email": PUSH_ACCOUNT}},
+            "push_config": {
+                "push_endpoint": endpoint.url,
+                "oidc_token": {"service_account_email": PUSH_ACCOUNT},
+            },
         }
     )
     publisher.publish(topic, b"ping").result(timeout=10)
@@ -139,7 +144,11 @@ def test_push_without_oidc_config_sends_no_authorization(publisher, subscriber, 
     endpoint = endpoint_factory([200])
     topic = publisher.create_topic(name=unique("topics")).name
     subscriber.create_subscription(
-        request={"name": unique("subscriptions"), "topic": topic, "push_config": {"push_endpoint": endpoint.url}}
+        request={
+            "name": unique("subscriptions"),
+            "topic": topic,
+            "push_config": {"push_endpoint": endpoint.url},
+        }
     )
     publisher.publish(topic, b"ping").result(timeout=10)
     wait_until(lambda: endpoint.requests, what="the push request")

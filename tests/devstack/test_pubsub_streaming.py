@@ -18,8 +18,6 @@ from devstack.pubsub.testing import wait_until
 PROJECT = "relaunch-dev"
 
 
-
-
 @pytest.fixture
 def streams():
     """Starts `subscribe()` streams and cancels them all when the test ends."""
@@ -47,7 +45,9 @@ def new_topic(publisher) -> str:
 
 
 def new_subscription(subscriber, topic: str, **fields) -> str:
-    return subscriber.create_subscription(request={"name": unique("subscriptions"), "topic": topic, **fields}).name
+    return subscriber.create_subscription(
+        request={"name": unique("subscriptions"), "topic": topic, **fields}
+    ).name
 
 
 def test_subscribe_delivers_every_message_and_acked_ones_never_come_back(publisher, subscriber, streams):
@@ -253,7 +253,9 @@ def test_ordering_keys_are_delivered_in_publish_order_even_across_a_nack(emulato
     wait_until(lambda: len(seen["job-a"]) == 11 and len(seen["job-b"]) == 10, what="all ordered messages")
     assert seen["job-b"] == list(range(10))
     assert seen["job-a"] == [0, 1, 2, 3, 3, 4, 5, 6, 7, 8, 9]  # the nacked one again, then the rest
-    assert pubsub.Subscription.pb(subscriber.get_subscription(subscription=subscription)).enable_message_ordering
+    assert pubsub.Subscription.pb(
+        subscriber.get_subscription(subscription=subscription)
+    ).enable_message_ordering
 
 
 def test_deleting_the_subscription_ends_an_open_stream_with_not_found(publisher, subscriber):

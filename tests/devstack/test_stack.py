@@ -1,5 +1,6 @@
 """The assembled devstack: the session fixture, its environment, the event wiring, the
 control server, and `relaunch devstack` as a user runs it."""
+
 from __future__ import annotations
 
 import json
@@ -17,8 +18,14 @@ from google.cloud.aiplatform_v1 import JobState
 from devstack.control import ControlClient, ControlError
 from devstack.vertex.testing import command_job, job_service_client, wait_until
 
-CONTRACT_ENV = {"PUBSUB_EMULATOR_HOST", "STORAGE_EMULATOR_HOST", "RELAUNCH_VERTEX_ENDPOINT",
-                "RELAUNCH_DEVSTACK_CONTROL", "GOOGLE_CLOUD_PROJECT", "RELAUNCH_REGION"}
+CONTRACT_ENV = {
+    "PUBSUB_EMULATOR_HOST",
+    "STORAGE_EMULATOR_HOST",
+    "RELAUNCH_VERTEX_ENDPOINT",
+    "RELAUNCH_DEVSTACK_CONTROL",
+    "GOOGLE_CLOUD_PROJECT",
+    "RELAUNCH_REGION",
+}
 
 
 def _parent() -> str:
@@ -31,8 +38,9 @@ def _pull_until(subscriber, subscription, predicate, timeout=60.0) -> list[dict]
     while time.monotonic() < deadline:
         reply = subscriber.pull(subscription=subscription, max_messages=10, timeout=10)
         if reply.received_messages:
-            subscriber.acknowledge(subscription=subscription,
-                                   ack_ids=[m.ack_id for m in reply.received_messages])
+            subscriber.acknowledge(
+                subscription=subscription, ack_ids=[m.ack_id for m in reply.received_messages]
+            )
         for received in reply.received_messages:
             seen.append(json.loads(received.message.data))
             if predicate(seen[-1]):
@@ -62,7 +70,8 @@ def test_bucket_and_publish_pull_with_nothing_but_the_printed_env(devstack):
     publisher, subscriber = pubsub_v1.PublisherClient(), pubsub_v1.SubscriberClient()
     topic = publisher.create_topic(name=f"projects/{project}/topics/requests-{uuid.uuid4().hex[:6]}").name
     subscription = subscriber.create_subscription(
-        name=f"projects/{project}/subscriptions/intake-{uuid.uuid4().hex[:6]}", topic=topic).name
+        name=f"projects/{project}/subscriptions/intake-{uuid.uuid4().hex[:6]}", topic=topic
+    ).name
     publisher.publish(topic, b'{"jobId": "demo"}', origin="test").result(timeout=30)
     seen = _pull_until(subscriber, subscription, lambda m: m.get("jobId") == "demo")
     assert seen == [{"jobId": "demo"}]
@@ -73,21 +82,30 @@ def test_job_transitions_are_published_as_log_entries(devstack):
     subscriber = pubsub_v1.SubscriberClient()
     subscription = subscriber.create_subscription(
         name=f"projects/{project}/subscriptions/hints-{uuid.uuid4().hex[:6]}",
-        topic=f"projects/{project}/topics/vertex-job-events").name
+        topic=f"projects/{project}/topics/vertex-job-events",
+    ).name
     jobs = job_service_client(os.environ["RELAUNCH_VERTEX_ENDPOINT"])
-    job = jobs.create_custom_job(parent=_parent(), custom_job=command_job(
-        "events", [(1, ["python", "-c", "print('done')"])]))
+    job = jobs.create_custom_job(
+        parent=_parent(), custom_job=command_job("events", [(1, ["python", "-c", "print('done')"])])
+    )
     job_id = job.name.rsplit("/", 1)[1]
 
     def is_end_of_this_job(entry):
-        return (entry["resource"]["labels"]["job_id"] == job_id
-                and entry["textPayload"] == "Job completed successfully.")
+        return (
+            entry["resource"]["labels"]["job_id"] == job_id
+            and entry["textPayload"] == "Job completed successfully."
+        )
 
-    entries = [e for e in _pull_until(subscriber, subscription, is_end_of_this_job)
-               if e["resource"]["labels"]["job_id"] == job_id]
+    entries = [
+        e
+        for e in _pull_until(subscriber, subscription, is_end_of_this_job)
+        if e["resource"]["labels"]["job_id"] == job_id
+    ]
     assert entries[-1]["logName"] == f"projects/{project}/logs/ml.googleapis.com%2F{job_id}"
-    assert entries[-1]["resource"] == {"type": "ml_job", "labels": {
-        "job_id": job_id, "project_id": project, "task_name": "service"}}
+    assert entries[-1]["resource"] == {
+        "type": "ml_job",
+        "labels": {"job_id": job_id, "project_id": project, "task_name": "service"},
+    }
     assert len(entries) >= 2  # at least one transition before the end, delivered in order
     assert jobs.get_custom_job(name=job.name).state == JobState.JOB_STATE_SUCCEEDED
 
@@ -95,8 +113,10 @@ def test_job_transitions_are_published_as_log_entries(devstack):
 def test_control_server_preempts_and_injects_api_faults(devstack):
     control = ControlClient(os.environ["RELAUNCH_DEVSTACK_CONTROL"])
     jobs = job_service_client(os.environ["RELAUNCH_VERTEX_ENDPOINT"])
-    job = jobs.create_custom_job(parent=_parent(), custom_job=command_job(
-        "spot", [(1, ["python", "-c", "import time; time.sleep(120)"])]))
+    job = jobs.create_custom_job(
+        parent=_parent(),
+        custom_job=command_job("spot", [(1, ["python", "-c", "import time; time.sleep(120)"])]),
+    )
     devstack.vertex.wait_for_state(job.name, {JobState.JOB_STATE_RUNNING}, timeout=60)
     assert job.name in [j["name"] for j in control.status()["jobs"]]
 

@@ -78,7 +78,9 @@ def test_list_filters_on_labels_state_and_display_name_with_paging(vertex, clien
 
     pages = list(
         client.list_custom_jobs(
-            request=ListCustomJobsRequest(parent=PARENT, filter=f"labels.run={run} AND labels.team=a", page_size=2)
+            request=ListCustomJobsRequest(
+                parent=PARENT, filter=f"labels.run={run} AND labels.team=a", page_size=2
+            )
         ).pages
     )
     assert [len(page.custom_jobs) for page in pages] == [2, 1]
@@ -97,7 +99,9 @@ def test_list_filters_on_labels_state_and_display_name_with_paging(vertex, clien
     assert cancelled | cancelling == set(names)
 
 
-@pytest.mark.parametrize("bad_filter", ["labels.a=b OR labels.c=d", "color=red", "state=NOT_A_STATE", "labels.a="])
+@pytest.mark.parametrize(
+    "bad_filter", ["labels.a=b OR labels.c=d", "color=red", "state=NOT_A_STATE", "labels.a="]
+)
 def test_list_rejects_a_filter_it_cannot_parse(client, bad_filter):
     with pytest.raises(exceptions.InvalidArgument):
         _list_names(client, bad_filter)

@@ -285,8 +285,7 @@ def test_preemption_sigterms_replicas_and_fails_with_code_14(vertex, client, tmp
     assert ended.state == JobState.JOB_STATE_FAILED
     assert ended.error.code == 14
     assert ended.error.message == (
-        "The replica workerpool0-0 was preempted: the Spot VM was reclaimed. "
-        "Termination reason: Preempted."
+        "The replica workerpool0-0 was preempted: the Spot VM was reclaimed. Termination reason: Preempted."
     )
     assert vertex.preempt(job.name) is False  # an ended job cannot be preempted again
 
@@ -366,7 +365,9 @@ def test_event_sink_gets_one_log_entry_per_transition_in_order(vertex, client, e
 
 
 def test_stop_kills_the_replicas_of_running_jobs(tmp_path):
-    emulator = start_vertex(project=PROJECT, region=REGION, workdir=str(tmp_path / "work"), kill_grace_seconds=1.0)
+    emulator = start_vertex(
+        project=PROJECT, region=REGION, workdir=str(tmp_path / "work"), kill_grace_seconds=1.0
+    )
     with emulator:
         job = create(job_service_client(emulator.host_port), "orphan?", [(1, sleeper(tmp_path))])
         emulator.wait_for_state(job.name, RUNNING, timeout=30)

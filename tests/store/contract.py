@@ -3,6 +3,7 @@
 Subclass `StateStoreContract` in a test module and provide a `store` fixture that yields a fresh,
 empty store; pytest collects the inherited tests for it.
 """
+
 from __future__ import annotations
 
 import threading

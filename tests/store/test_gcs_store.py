@@ -1,4 +1,5 @@
 """GcsStateStore against the GCS stand-in: the shared contract, plus what only GCS adds."""
+
 from __future__ import annotations
 
 import itertools
@@ -44,8 +45,11 @@ def test_document_is_one_json_object_carrying_version_and_fence(store, gcs_clien
     store.put("jobs/demo-gpt", {"phase": "running", "attempt": 3}, expected_version=1, fence=3)
     blob = gcs_client.bucket(BUCKET).blob(f"{store._prefix}/jobs/demo-gpt.json")
     assert json.loads(blob.download_as_bytes()) == {
-        "format": "relaunch-state/v1", "version": 2, "fence": 3,
-        "document": {"phase": "running", "attempt": 3}}
+        "format": "relaunch-state/v1",
+        "version": 2,
+        "fence": 3,
+        "document": {"phase": "running", "attempt": 3},
+    }
 
 
 def test_a_corrupt_object_is_an_error_not_a_missing_job(store, gcs_client):
@@ -88,6 +92,7 @@ def test_open_store_understands_every_documented_url(gcs_client, tmp_path, monke
 
 # ---- the retry policy, on the wire --------------------------------------------------------
 
+
 class FlakyProxy:
     """An HTTP proxy in front of the stand-in that can answer 503 to the next few object
     requests, either instead of forwarding them or after forwarding them (a reply lost on the
@@ -97,7 +102,7 @@ class FlakyProxy:
     def __init__(self, upstream: str):
         self.upstream = upstream
         self.requests: list[tuple[str, int]] = []  # (method, status the client saw)
-        self._faults: list[bool] = []              # True = forward, then fail anyway
+        self._faults: list[bool] = []  # True = forward, then fail anyway
         self._lock = threading.Lock()
         proxy = self
 
@@ -113,13 +118,20 @@ class FlakyProxy:
                 status, headers, content = 503, {}, b'{"error": {"code": 503}}'
                 if fault is None or fault:
                     reply = requests.request(
-                        self.command, proxy.upstream + self.path, data=body, timeout=10,
-                        headers={k: v for k, v in self.headers.items() if k.lower() != "host"})
+                        self.command,
+                        proxy.upstream + self.path,
+                        data=body,
+                        timeout=10,
+                        headers={k: v for k, v in self.headers.items() if k.lower() != "host"},
+                    )
                     if fault is None:
                         status, content = reply.status_code, reply.content
-                        headers = {k: v for k, v in reply.headers.items()
-                                   if k.lower() not in ("content-length", "transfer-encoding",
-                                                        "connection", "content-encoding")}
+                        headers = {
+                            k: v
+                            for k, v in reply.headers.items()
+                            if k.lower()
+                            not in ("content-length", "transfer-encoding", "connection", "content-encoding")
+                        }
                 if about_objects:
                     with proxy._lock:
                         proxy.requests.append((self.command, status))

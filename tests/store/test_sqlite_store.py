@@ -31,8 +31,9 @@ def test_every_acknowledged_write_survives_kill_9(tmp_path):
             version = store.put("job", {{"n": n}}, expected_version=version)
             print(n, flush=True)
     """)
-    proc = subprocess.Popen([sys.executable, "-c", writer], stdout=subprocess.PIPE, text=True,
-                            cwd=os.getcwd())
+    proc = subprocess.Popen(
+        [sys.executable, "-c", writer], stdout=subprocess.PIPE, text=True, cwd=os.getcwd()
+    )
     acknowledged = 0
     for line in proc.stdout:
         acknowledged = int(line)

@@ -9,15 +9,31 @@ from tests.trainer.harness import Gang, Node, base_env, free_port
 def start_gang(tmp_path):
     started: list[Gang] = []
 
-    def start(args: list[str], *, nodes: int = 1, nproc: int = 2, attempt: int = 1, checkpoint_uri: str | None = None,
-              env: dict | None = None, only_nodes: list[int] | None = None) -> Gang:
+    def start(
+        args: list[str],
+        *,
+        nodes: int = 1,
+        nproc: int = 2,
+        attempt: int = 1,
+        checkpoint_uri: str | None = None,
+        env: dict | None = None,
+        only_nodes: list[int] | None = None,
+    ) -> Gang:
         port = free_port()
         members = []
         for node_rank in only_nodes if only_nodes is not None else range(nodes):
             node_env = base_env(tmp_path, attempt, checkpoint_uri, env)
-            node_env.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "NNODES": str(nodes),
-                             "NODE_RANK": str(node_rank)})
-            members.append(Node([*args, "--nproc-per-node", str(nproc)], node_env, f"attempt{attempt}/node{node_rank}"))
+            node_env.update(
+                {
+                    "MASTER_ADDR": "127.0.0.1",
+                    "MASTER_PORT": str(port),
+                    "NNODES": str(nodes),
+                    "NODE_RANK": str(node_rank),
+                }
+            )
+            members.append(
+                Node([*args, "--nproc-per-node", str(nproc)], node_env, f"attempt{attempt}/node{node_rank}")
+            )
         gang = Gang(members)
         started.append(gang)
         return gang

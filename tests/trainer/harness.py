@@ -31,8 +31,13 @@ class Node:
     def __init__(self, args: list[str], env: dict[str, str], name: str):
         self.name = name
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "trainer", *args], cwd=REPO, env=env, text=True,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+            [sys.executable, "-m", "trainer", *args],
+            cwd=REPO,
+            env=env,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         self.lines: list[str] = []
         self._changed = threading.Condition()
@@ -70,20 +75,26 @@ class Node:
             return None
 
         with self._changed:
-            found = self._changed.wait_for(lambda: match() or self.proc.poll() is not None and not self._reader.is_alive(),
-                                           timeout=timeout)
+            found = self._changed.wait_for(
+                lambda: match() or self.proc.poll() is not None and not self._reader.is_alive(),
+                timeout=timeout,
+            )
         rec = match()
         if rec is None:
-            raise AssertionError(f"{self.name}: no {message!r} {fields} within {timeout}s "
-                                 f"(found={found}); output:\n" + self.output())
+            raise AssertionError(
+                f"{self.name}: no {message!r} {fields} within {timeout}s "
+                f"(found={found}); output:\n" + self.output()
+            )
         return rec
 
     def wait(self, timeout: float = 180) -> int:
         try:
             code = self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
+        except subprocess.TimeoutExpired as error:
             self.kill_tree()
-            raise AssertionError(f"{self.name} did not exit within {timeout}s; output:\n" + self.output())
+            raise AssertionError(
+                f"{self.name} did not exit within {timeout}s; output:\n" + self.output()
+            ) from error
         self._reader.join(timeout=10)
         return code
 
@@ -107,17 +118,24 @@ class Node:
         psutil.wait_procs(family, timeout=30)
 
 
-def base_env(tmp_path: Path, attempt: int, checkpoint_uri: str | None, extra: dict | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("RELAUNCH_", "MASTER_", "CLUSTER_SPEC", "NODE_RANK", "NNODES", "WORLD_SIZE"))}
-    env.update({
-        "PYTHONPATH": str(REPO),
-        "OMP_NUM_THREADS": "1",
-        "DS_ACCELERATOR": "cpu",
-        "RELAUNCH_JOB_ID": "test-job",
-        "RELAUNCH_ATTEMPT": str(attempt),
-        "TMPDIR": str(tmp_path),
-    })
+def base_env(
+    tmp_path: Path, attempt: int, checkpoint_uri: str | None, extra: dict | None = None
+) -> dict[str, str]:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("RELAUNCH_", "MASTER_", "CLUSTER_SPEC", "NODE_RANK", "NNODES", "WORLD_SIZE"))
+    }
+    env.update(
+        {
+            "PYTHONPATH": str(REPO),
+            "OMP_NUM_THREADS": "1",
+            "DS_ACCELERATOR": "cpu",
+            "RELAUNCH_JOB_ID": "test-job",
+            "RELAUNCH_ATTEMPT": str(attempt),
+            "TMPDIR": str(tmp_path),
+        }
+    )
     if checkpoint_uri:
         env["RELAUNCH_CHECKPOINT_URI"] = checkpoint_uri
     env.update(extra or {})

@@ -23,8 +23,9 @@ def run_to_completion(start_gang, args, **kw) -> dict:
 
 def preempt_at(start_gang, args, step: int, root: str, attempt: int, **kw) -> None:
     """Run an attempt until `step`, SIGTERM every launcher there, check the contract outcome."""
-    gang = start_gang(args, attempt=attempt, checkpoint_uri=root,
-                      env={"RELAUNCH_TEST_HOLD_AT_STEP": str(step)}, **kw)
+    gang = start_gang(
+        args, attempt=attempt, checkpoint_uri=root, env={"RELAUNCH_TEST_HOLD_AT_STEP": str(step)}, **kw
+    )
     gang.chief.wait_for("test hook: holding for SIGTERM", step=step)
     gang.terminate()
     assert gang.wait() == [layout.EXIT_PREEMPTED_SAVED] * len(gang.nodes), gang.chief.output()
@@ -64,6 +65,17 @@ def test_ddp_two_nodes_resume_after_two_preemptions_is_bitwise_exact(start_gang,
 
 def test_deepspeed_zero2_resume_after_two_preemptions_is_bitwise_exact(start_gang, tmp_path):
     steps = 12
-    args = ["--engine", "deepspeed", "--zero-stage", "2", "--steps", str(steps), "--checkpoint-every-steps", "4",
-            "--grad-accum", "2", *TINY]
+    args = [
+        "--engine",
+        "deepspeed",
+        "--zero-stage",
+        "2",
+        "--steps",
+        str(steps),
+        "--checkpoint-every-steps",
+        "4",
+        "--grad-accum",
+        "2",
+        *TINY,
+    ]
     check_exact_resume(start_gang, tmp_path, args, steps, nodes=1, nproc=2)

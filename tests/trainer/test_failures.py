@@ -26,8 +26,10 @@ def test_kill_during_upload_leaves_previous_checkpoint_as_the_one_resumed(start_
     assert gang.chief.wait_for("resumed")["from_step"] == 4
     assert gang.chief.wait_for("training completed")["step"] == 10
     # The leftover was either rebuilt and committed by attempt 2, or cleaned up; never trusted as is.
-    assert 8 not in storage.list_step_dirs(storage.open_storage(root)) or storage.read_marker(
-        storage.open_storage(root), 8).attempt == 2
+    assert (
+        8 not in storage.list_step_dirs(storage.open_storage(root))
+        or storage.read_marker(storage.open_storage(root), 8).attempt == 2
+    )
 
 
 @pytest.mark.parametrize("present_node", [0, 1])
@@ -35,8 +37,12 @@ def test_missing_node_fails_with_rendezvous_timeout(start_gang, tmp_path, presen
     root = f"file://{tmp_path}/ckpt"
     timeout = 4
     started = time.monotonic()
-    gang = start_gang(["--steps", "3", "--rendezvous-timeout", str(timeout), *TINY], nodes=2,
-                      only_nodes=[present_node], checkpoint_uri=root)
+    gang = start_gang(
+        ["--steps", "3", "--rendezvous-timeout", str(timeout), *TINY],
+        nodes=2,
+        only_nodes=[present_node],
+        checkpoint_uri=root,
+    )
     assert gang.wait(timeout=120) == [layout.EXIT_RENDEZVOUS_TIMEOUT], gang.chief.output()
     # Python + torch start-up dominates the margin; the point is: it does not hang.
     assert time.monotonic() - started < timeout + 45
@@ -47,7 +53,9 @@ def test_missing_node_fails_with_rendezvous_timeout(start_gang, tmp_path, presen
 
 
 def test_bad_factory_is_a_config_error_before_any_worker_starts(start_gang, tmp_path):
-    gang = start_gang(["--steps", "3", "--model", "no_such_module:build"], checkpoint_uri=f"file://{tmp_path}/c")
+    gang = start_gang(
+        ["--steps", "3", "--model", "no_such_module:build"], checkpoint_uri=f"file://{tmp_path}/c"
+    )
     assert gang.wait(timeout=60) == [layout.EXIT_CONFIG]
     errors = [line for line in gang.chief.lines if line.startswith("relaunch-train: configuration error")]
     assert len(errors) == 1 and "no_such_module" in errors[0]
@@ -56,7 +64,11 @@ def test_bad_factory_is_a_config_error_before_any_worker_starts(start_gang, tmp_
 
 def test_exception_in_training_loop_exits_70_with_runtime_error_record(start_gang, tmp_path):
     root = f"file://{tmp_path}/ckpt"
-    gang = start_gang(["--steps", "5", "--model", "tests.trainer.faulty:build_failing_model", *TINY], nproc=1, checkpoint_uri=root)
+    gang = start_gang(
+        ["--steps", "5", "--model", "tests.trainer.faulty:build_failing_model", *TINY],
+        nproc=1,
+        checkpoint_uri=root,
+    )
     assert gang.wait() == [layout.EXIT_RUNTIME], gang.chief.output()
     record = storage.read_exit_record(root, 1)
     assert (record.reason, record.exit_code) == ("runtime_error", 70)

@@ -7,8 +7,13 @@ from trainer import layout
 
 def test_paths_follow_the_contract():
     assert layout.checkpoint_dir("gs://b/jobs/demo", 120) == "gs://b/jobs/demo/step-0000000120"
-    assert layout.commit_marker_path("gs://b/jobs/demo/", 120) == "gs://b/jobs/demo/step-0000000120/COMMITTED.json"
-    assert layout.commit_marker_path("file:///x/step-0000000007") == "file:///x/step-0000000007/COMMITTED.json"
+    assert (
+        layout.commit_marker_path("gs://b/jobs/demo/", 120)
+        == "gs://b/jobs/demo/step-0000000120/COMMITTED.json"
+    )
+    assert (
+        layout.commit_marker_path("file:///x/step-0000000007") == "file:///x/step-0000000007/COMMITTED.json"
+    )
     assert layout.exit_record_path("file:///ck", 2) == "file:///ck/exits/attempt-0002.json"
 
 
@@ -24,7 +29,11 @@ def test_step_dir_names_parse_back_and_reject_lookalikes():
 
 def test_commit_marker_round_trips_with_contract_field_names():
     marker = layout.CommitMarker(
-        step=120, world_size=4, engine="ddp", job_id="demo-gpt", attempt=2,
+        step=120,
+        world_size=4,
+        engine="ddp",
+        job_id="demo-gpt",
+        attempt=2,
         files=(layout.FileEntry("rank-00000.pt", 12345, "ab" * 32),),
     )
     doc = json.loads(marker.to_json())
@@ -35,8 +44,14 @@ def test_commit_marker_round_trips_with_contract_field_names():
 
 def test_exit_record_round_trips_and_uses_contract_field_names():
     record = layout.ExitRecord(
-        job_id="demo-gpt", attempt=2, reason="preempted", signal="SIGTERM", step=130,
-        last_committed_step=130, checkpoint_saved=True, exit_code=layout.EXIT_PREEMPTED_SAVED,
+        job_id="demo-gpt",
+        attempt=2,
+        reason="preempted",
+        signal="SIGTERM",
+        step=130,
+        last_committed_step=130,
+        checkpoint_saved=True,
+        exit_code=layout.EXIT_PREEMPTED_SAVED,
     )
     doc = json.loads(record.to_json())
     assert doc["format"] == "relaunch-exit/v1"
@@ -73,8 +88,14 @@ def test_exit_record_rejects_unknown_reason_and_format():
 
 
 def test_exit_codes_match_the_contract():
-    assert (layout.EXIT_OK, layout.EXIT_CONFIG, layout.EXIT_RENDEZVOUS_TIMEOUT, layout.EXIT_RUNTIME,
-            layout.EXIT_PREEMPTED_SAVED, layout.EXIT_PREEMPTED_UNSAVED) == (0, 64, 69, 70, 75, 76)
+    assert (
+        layout.EXIT_OK,
+        layout.EXIT_CONFIG,
+        layout.EXIT_RENDEZVOUS_TIMEOUT,
+        layout.EXIT_RUNTIME,
+        layout.EXIT_PREEMPTED_SAVED,
+        layout.EXIT_PREEMPTED_UNSAVED,
+    ) == (0, 64, 69, 70, 75, 76)
 
 
 def test_layout_and_storage_do_not_import_torch():

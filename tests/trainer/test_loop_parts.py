@@ -32,15 +32,18 @@ def _outcome(code):
     return WorkerOutcome(0, code, False)
 
 
-@pytest.mark.parametrize("codes,signalled,expected", [
-    ([0, 0], False, 0),
-    ([75, 75], True, 75),
-    ([75, None], True, 76),  # a worker SIGKILLed before reporting: not everything was saved
-    ([75, 70], True, 70),
-    ([64, 70], False, 64),
-    ([0, None], False, 70),
-    ([0, 1], False, 70),  # unknown codes are runtime errors
-])
+@pytest.mark.parametrize(
+    "codes,signalled,expected",
+    [
+        ([0, 0], False, 0),
+        ([75, 75], True, 75),
+        ([75, None], True, 76),  # a worker SIGKILLed before reporting: not everything was saved
+        ([75, 70], True, 70),
+        ([64, 70], False, 64),
+        ([0, None], False, 70),
+        ([0, 1], False, 70),  # unknown codes are runtime errors
+    ],
+)
 def test_node_exit_code_is_the_most_telling_worker_outcome(codes, signalled, expected):
     outcomes = [None if c is None else _outcome(c) for c in codes]
     assert combine_exit_codes(outcomes, signalled) == expected

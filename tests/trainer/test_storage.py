@@ -4,7 +4,9 @@ from trainer import layout, storage
 
 
 def _commit(store, step, files=()):
-    marker = layout.CommitMarker(step=step, world_size=1, engine="ddp", job_id="j", attempt=1, files=tuple(files))
+    marker = layout.CommitMarker(
+        step=step, world_size=1, engine="ddp", job_id="j", attempt=1, files=tuple(files)
+    )
     return store.create_only(layout.commit_marker_path(layout.step_dir_name(step)), marker.to_json().encode())
 
 

@@ -17,18 +17,41 @@ DONE = {JobState.JOB_STATE_SUCCEEDED, JobState.JOB_STATE_FAILED, JobState.JOB_ST
 
 @pytest.fixture
 def vertex(tmp_path):
-    emulator = start_vertex(project="relaunch-dev", region="us-central1", workdir=str(tmp_path / "vertex"),
-                            provisioning_seconds=0.05, kill_grace_seconds=2.0)
+    emulator = start_vertex(
+        project="relaunch-dev",
+        region="us-central1",
+        workdir=str(tmp_path / "vertex"),
+        provisioning_seconds=0.05,
+        kill_grace_seconds=2.0,
+    )
     yield emulator
     emulator.stop()
 
 
 def submit(client, attempt: int, root: str, extra_env: dict):
-    command = ["python", "-m", "trainer", "--steps", "8", "--checkpoint-every-steps", "3",
-               "--nproc-per-node", "2", *TINY]
-    env = {"RELAUNCH_JOB_ID": "vertex-gpt", "RELAUNCH_ATTEMPT": str(attempt), "RELAUNCH_CHECKPOINT_URI": root,
-           "OMP_NUM_THREADS": "1", "DS_ACCELERATOR": "cpu", **extra_env}
-    job = command_job(f"vertex-gpt [attempt {attempt}]", [(1, command), (1, command)], env=env, timeout_seconds=300)
+    command = [
+        "python",
+        "-m",
+        "trainer",
+        "--steps",
+        "8",
+        "--checkpoint-every-steps",
+        "3",
+        "--nproc-per-node",
+        "2",
+        *TINY,
+    ]
+    env = {
+        "RELAUNCH_JOB_ID": "vertex-gpt",
+        "RELAUNCH_ATTEMPT": str(attempt),
+        "RELAUNCH_CHECKPOINT_URI": root,
+        "OMP_NUM_THREADS": "1",
+        "DS_ACCELERATOR": "cpu",
+        **extra_env,
+    }
+    job = command_job(
+        f"vertex-gpt [attempt {attempt}]", [(1, command), (1, command)], env=env, timeout_seconds=300
+    )
     return client.create_custom_job(parent=PARENT, custom_job=job)
 
 
@@ -39,14 +62,21 @@ def test_two_pool_job_is_preempted_then_resumes_from_its_emergency_checkpoint(ve
     first = submit(client, 1, root, {"RELAUNCH_TEST_HOLD_AT_STEP": "4"})
     vertex.wait_for_state(first.name, {JobState.JOB_STATE_RUNNING}, timeout=60)
     chief_log = vertex.replica_log(first.name)
-    wait_until(lambda: chief_log.exists() and "test hook: holding for SIGTERM" in chief_log.read_text(),
-               timeout=180, what="the chief to reach step 4")
+    wait_until(
+        lambda: chief_log.exists() and "test hook: holding for SIGTERM" in chief_log.read_text(),
+        timeout=180,
+        what="the chief to reach step 4",
+    )
     assert vertex.preempt(first.name, grace_seconds=30)
     ended = vertex.wait_for_state(first.name, DONE, timeout=120)
     assert ended.state == JobState.JOB_STATE_FAILED and ended.error.code == 14
     record = storage.read_exit_record(root, 1)
     assert (record.reason, record.exit_code, record.step, record.checkpoint_saved) == (
-        "preempted", layout.EXIT_PREEMPTED_SAVED, 4, True)
+        "preempted",
+        layout.EXIT_PREEMPTED_SAVED,
+        4,
+        True,
+    )
     marker = storage.latest_committed(root)
     assert (marker.step, marker.world_size) == (4, 4)
 

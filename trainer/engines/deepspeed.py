@@ -80,7 +80,10 @@ class DeepSpeedEngine:
 
     def restore(self, local_dir: str, step: int) -> None:
         load_path, _ = self.engine.load_checkpoint(
-            os.path.join(local_dir, SUBDIR), tag=_tag(step), load_optimizer_states=True, load_lr_scheduler_states=True
+            os.path.join(local_dir, SUBDIR),
+            tag=_tag(step),
+            load_optimizer_states=True,
+            load_lr_scheduler_states=True,
         )
         if load_path is None:
             raise RuntimeError(f"DeepSpeed could not load checkpoint step {step} from {local_dir}")
