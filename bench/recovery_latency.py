@@ -110,7 +110,7 @@ def main() -> int:
         pubsub_v1.PublisherClient().publish(topic, json.dumps(request).encode()).result(timeout=30)
 
         from controller.settings import Settings
-        from controller.vertex import VertexBackend
+        from controller.adapters.vertex import VertexBackend
 
         backend = VertexBackend(Settings())
         latencies = []

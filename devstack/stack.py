@@ -31,14 +31,6 @@ from devstack.vertex import start_vertex
 log = logging.getLogger(__name__)
 
 EVENTS_TOPIC = "vertex-job-events"
-ENV_KEYS = (
-    "PUBSUB_EMULATOR_HOST",
-    "STORAGE_EMULATOR_HOST",
-    "RELAUNCH_VERTEX_ENDPOINT",
-    "RELAUNCH_DEVSTACK_CONTROL",
-    "GOOGLE_CLOUD_PROJECT",
-    "RELAUNCH_REGION",
-)
 
 
 class DevStack:
@@ -46,9 +38,18 @@ class DevStack:
     logs in dir/vertex/<job id>/. Pub/Sub and Vertex jobs live in memory."""
 
     def __init__(
-        self, dir: str, project: str = "relaunch-dev", region: str = "us-central1", host: str = "127.0.0.1"
+        self,
+        dir: str,
+        project: str = "relaunch-dev",
+        region: str = "us-central1",
+        host: str = "127.0.0.1",
+        **vertex_options: Any,
     ):
+        """`vertex_options` go to `start_vertex` (e.g. `provisioning_seconds`, `kill_grace_seconds`)."""
         self.dir = Path(dir).resolve()
+        self.vertex_options = vertex_options
+        # Every log entry Vertex wrote, in order, also kept here for tests that feed hints by hand.
+        self.entries: list[dict] = []
         self.project = project
         self.region = region
         self.host = host
@@ -76,6 +77,7 @@ class DevStack:
                 region=self.region,
                 workdir=str(self.dir / "vertex"),
                 event_sink=self._publish_event,
+                **self.vertex_options,
             )
             self.control = ControlServer(self, self.host, 0)
         except BaseException:
@@ -107,6 +109,7 @@ class DevStack:
     def _publish_event(self, entry: dict) -> None:
         # Called on the Vertex stand-in's single event thread; waiting for each publish
         # keeps the topic in transition order.
+        self.entries.append(entry)
         data = json.dumps(entry).encode("utf-8")
         self._publisher.publish(self.events_topic, data).result(timeout=30)
 

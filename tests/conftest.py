@@ -1,10 +1,13 @@
-"""Fixtures shared by the whole test suite."""
+"""Fixtures shared by the whole test suite: one devstack for the session, and what tests make in it."""
 
 from __future__ import annotations
 
 import os
+import uuid
 
 import pytest
+
+PROJECT = "relaunch-dev"
 
 
 @pytest.fixture(scope="session")
@@ -12,11 +15,14 @@ def devstack(tmp_path_factory):
     """A fresh DevStack (Pub/Sub, GCS, Vertex AI stand-ins and the control server) for the
     session, with its environment (docs/contracts.md) in os.environ until the session ends.
 
-    Lazy: only sessions with a test that asks for it start it.
+    Vertex provisions in 0.2 s and kills replicas 2 s after SIGTERM, so that job lifecycles take
+    seconds, not minutes. Lazy: only sessions with a test that asks for it start it.
     """
     from devstack.stack import DevStack  # imported here: tests that never ask pay nothing
 
-    stack = DevStack(str(tmp_path_factory.mktemp("devstack"))).start()
+    stack = DevStack(
+        str(tmp_path_factory.mktemp("devstack")), provisioning_seconds=0.2, kill_grace_seconds=2.0
+    ).start()
     env = stack.env()
     saved = {key: os.environ.get(key) for key in env}
     os.environ.update(env)
@@ -29,3 +35,29 @@ def devstack(tmp_path_factory):
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+@pytest.fixture
+def bucket(devstack):
+    """A new, empty bucket in devstack's GCS."""
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import storage
+
+    client = storage.Client(project=PROJECT, credentials=AnonymousCredentials())
+    name = f"ckpt-{uuid.uuid4().hex[:12]}"
+    client.create_bucket(name)
+    return name
+
+
+@pytest.fixture
+def alerts_topic(devstack):
+    """(topic, subscription) for one test's alerts, read back with the real subscriber."""
+    from google.cloud import pubsub_v1
+
+    publisher = pubsub_v1.PublisherClient()
+    subscriber = pubsub_v1.SubscriberClient()
+    topic = f"projects/{PROJECT}/topics/alerts-{uuid.uuid4().hex[:8]}"
+    subscription = f"projects/{PROJECT}/subscriptions/alerts-{uuid.uuid4().hex[:8]}"
+    publisher.create_topic(name=topic)
+    subscriber.create_subscription(name=subscription, topic=topic)
+    return topic, subscription

@@ -28,7 +28,13 @@ class Phase(str, Enum):
 
     @property
     def terminal(self) -> bool:
-        return self in (Phase.SUCCEEDED, Phase.FAILED, Phase.CANCELLED)
+        return self in TERMINAL_PHASES
+
+
+# The phases a job never leaves; the read model and the CLI compare stored strings against the
+# values, so both forms are defined here once.
+TERMINAL_PHASES = frozenset({Phase.SUCCEEDED, Phase.FAILED, Phase.CANCELLED})
+TERMINAL_PHASE_NAMES = frozenset(phase.value for phase in TERMINAL_PHASES)
 
 
 # Vertex JobState names (without the JOB_STATE_ prefix), grouped by what they mean to us.

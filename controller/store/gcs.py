@@ -19,7 +19,8 @@ from typing import Any
 
 from google.api_core import exceptions as gexc
 
-from controller import gcs_client, logs
+from controller import logs
+from controller.adapters import gcs as gcs_client
 from controller.store.base import (
     AlreadyExists,
     Fenced,

@@ -1,8 +1,8 @@
-"""Fixtures for the trainer tests (the harness itself lives in harness.py)."""
+"""Fixtures for the trainer tests (the harness itself lives in tests/support/gang.py)."""
 
 import pytest
 
-from tests.trainer.harness import Gang, Node, base_env, free_port
+from tests.support.gang import Gang, Node, base_env, free_port
 
 
 @pytest.fixture

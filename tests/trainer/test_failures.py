@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from tests.trainer.harness import TINY
+from tests.support.gang import TINY
 from trainer import layout, storage
 
 pytestmark = pytest.mark.slow

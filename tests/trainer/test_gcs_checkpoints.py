@@ -5,7 +5,7 @@ from google.auth.credentials import AnonymousCredentials
 from google.cloud import storage as gcs
 
 from devstack.gcs import start_gcs
-from tests.trainer.harness import TINY
+from tests.support.gang import TINY
 from trainer import layout, storage
 
 

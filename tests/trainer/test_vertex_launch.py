@@ -6,7 +6,7 @@ from google.cloud.aiplatform_v1 import JobState
 
 from devstack.vertex import start_vertex
 from devstack.vertex.testing import command_job, job_service_client, wait_until
-from tests.trainer.harness import TINY
+from tests.support.gang import TINY
 from trainer import layout, storage
 
 pytestmark = pytest.mark.slow

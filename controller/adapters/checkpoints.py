@@ -1,0 +1,146 @@
+"""What the controller can learn about a job's checkpoints: the newest committed one and the
+trainer's exit record of an attempt.
+
+The rules of what counts (a step directory exists only once its commit marker does; markers and
+exit records are parsed by `trainer.layout`) live in `trainer.storage`; this module feeds those
+functions a read-only view of the bucket whose every call has a deadline and the controller's
+retry policy.
+
+A missing or garbled object is an ordinary answer (None, with a warning). Failing to reach the
+bucket at all is not: that raises `CheckpointsUnavailable`, because "no checkpoint" would make
+the controller restart a job from step 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from google.api_core import exceptions as gexc
+
+from controller import logs
+from controller.adapters import gcs as gcs_client
+from trainer import layout, storage
+
+_log = logs.get("relaunch.checkpoints")
+
+
+class CheckpointsUnavailable(RuntimeError):
+    """The checkpoint location could not be read (after retries): the answer is unknown."""
+
+
+@dataclass(frozen=True)
+class CheckpointInfo:
+    step: int
+    uri: str  # the step directory: what RELAUNCH_RESUME_FROM is set to
+    marker: layout.CommitMarker
+
+
+class _GcsReader:
+    """The read side of `trainer.storage.Storage` for one gs:// root, with deadlines and retries.
+
+    Remembers what it read, so the probe can tell a garbled marker (read, then rejected by the
+    parser) from an absent one.
+    """
+
+    def __init__(self, client, uri: str, timeout: float):
+        bucket, _, prefix = uri[len("gs://") :].partition("/")
+        if not bucket:
+            raise storage.StorageError(f"no bucket in {uri!r}")
+        self.uri = uri.rstrip("/")
+        self._client = client
+        self._bucket = client.bucket(bucket)
+        self._prefix = prefix.strip("/")
+        self._timeout = timeout
+        self.keys_read: set[str] = set()
+
+    def _name(self, key: str) -> str:
+        key = key.strip("/")
+        return f"{self._prefix}/{key}".strip("/") if self._prefix else key
+
+    def read_bytes(self, key: str) -> bytes:
+        name = self._name(key)
+        blob = self._bucket.blob(name)
+        try:
+            data = gcs_client.call(
+                lambda: blob.download_as_bytes(timeout=self._timeout, retry=None), what=f"read {name}"
+            )
+        except gexc.NotFound as exc:  # no object, or no bucket
+            raise FileNotFoundError(f"gs://{self._bucket.name}/{name}") from exc
+        self.keys_read.add(key)
+        return data
+
+    def list_dirs(self, prefix: str = "") -> list[str]:
+        name = self._name(prefix)
+        list_prefix = f"{name}/" if name else ""
+
+        def list_once() -> list[str]:
+            listing = self._client.list_blobs(
+                self._bucket, prefix=list_prefix, delimiter="/", timeout=self._timeout, retry=None
+            )
+            for _page in listing.pages:  # `prefixes` fills in as the pages are read
+                pass
+            return sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in listing.prefixes)
+
+        try:
+            return gcs_client.call(list_once, what=f"list {list_prefix}")
+        except gexc.NotFound:
+            _log.warning("checkpoint bucket does not exist", bucket=self._bucket.name)
+            return []
+
+
+class CheckpointProbe:
+    def __init__(self, client=None, *, timeout: float = gcs_client.CALL_TIMEOUT_SECONDS):
+        self._client = client
+        self._timeout = timeout
+
+    def _open(self, checkpoint_uri: str):
+        if checkpoint_uri.startswith("gs://"):
+            if self._client is None:
+                self._client = gcs_client.make_client()
+            return _GcsReader(self._client, checkpoint_uri, self._timeout)
+        return storage.open_storage(checkpoint_uri)  # file:// or a path: local, no retries needed
+
+    def latest(self, checkpoint_uri: str) -> CheckpointInfo | None:
+        """The newest committed checkpoint under the root, or None if there is none (yet)."""
+        log = _log.bind(checkpoint_uri=checkpoint_uri)
+        try:
+            reader = self._open(checkpoint_uri)
+            marker = storage.latest_committed(reader)
+        except (storage.StorageError, FileNotFoundError, NotADirectoryError) as exc:
+            log.warning("checkpoint location unusable", error=str(exc))
+            return None
+        except Exception as exc:  # anything else means we do not know
+            raise CheckpointsUnavailable(f"cannot read checkpoints under {checkpoint_uri}: {exc!r}") from exc
+        self._warn_about_rejected_markers(reader, marker, log)
+        if marker is None:
+            log.info("no committed checkpoint")
+            return None
+        return CheckpointInfo(marker.step, layout.checkpoint_dir(reader.uri, marker.step), marker)
+
+    def exit_record(self, checkpoint_uri: str, attempt: int) -> layout.ExitRecord | None:
+        """The trainer's own account of how `attempt` ended, or None if it left none."""
+        log = _log.bind(checkpoint_uri=checkpoint_uri, attempt=attempt)
+        try:
+            reader = self._open(checkpoint_uri)
+            record = storage.read_exit_record(reader, attempt)
+        except (storage.StorageError, NotADirectoryError) as exc:
+            log.warning("checkpoint location unusable", error=str(exc))
+            return None
+        except Exception as exc:
+            raise CheckpointsUnavailable(
+                f"cannot read the exit record of attempt {attempt} under {checkpoint_uri}: {exc!r}"
+            ) from exc
+        if record is None:
+            key = layout.exit_record_path("", attempt).lstrip("/")
+            if key in getattr(reader, "keys_read", ()):
+                log.warning("exit record is garbled, ignoring it", key=key)
+            else:
+                log.info("no exit record")
+        return record
+
+    @staticmethod
+    def _warn_about_rejected_markers(reader, chosen: layout.CommitMarker | None, log) -> None:
+        for key in sorted(getattr(reader, "keys_read", ())):
+            step = layout.parse_step_dir(key.rsplit("/", 1)[0])
+            if step is not None and (chosen is None or step > chosen.step):
+                log.warning("commit marker is garbled, ignoring that checkpoint", step=step)

@@ -1,0 +1,226 @@
+"""The Vertex AI adapter: the only module that talks to the JobService.
+
+Every call has a deadline and a tenacity retry that retries only what can succeed on a second
+try (UNAVAILABLE, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, INTERNAL for reads). CreateCustomJob
+is the exception: a retried create could make a second job, so `ensure_attempt` retries the whole
+"look up by labels, create only if absent" step instead, which is idempotent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import grpc
+from google.api_core import exceptions as gexc
+from google.cloud import aiplatform_v1
+from google.cloud.aiplatform_v1.services.job_service.transports import JobServiceGrpcTransport
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
+
+from controller import logs
+from controller.adapters.ratelimit import RateLimiter
+from controller.core import events as ev
+from controller.request.labels import ATTEMPT_LABEL, JOB_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE, labels_for
+from controller.settings import Settings
+
+RETRYABLE_READ = (
+    gexc.ServiceUnavailable,
+    gexc.DeadlineExceeded,
+    gexc.ResourceExhausted,
+    gexc.InternalServerError,
+)
+# A create that failed with one of these may or may not have created the job: look before retrying.
+AMBIGUOUS_CREATE = (
+    gexc.DeadlineExceeded,
+    gexc.InternalServerError,
+    gexc.ServiceUnavailable,
+    gexc.ResourceExhausted,
+)
+# Vertex refused the job itself; submitting the same spec again cannot succeed.
+PERMANENT_CREATE = (
+    gexc.InvalidArgument,
+    gexc.FailedPrecondition,
+    gexc.PermissionDenied,
+    gexc.NotFound,
+    gexc.Unauthenticated,
+)
+
+log = logs.get("relaunch.vertex")
+
+
+def vertex_state_name(job: aiplatform_v1.CustomJob) -> str:
+    return aiplatform_v1.JobState(job.state).name.removeprefix("JOB_STATE_")
+
+
+def job_labels(job: aiplatform_v1.CustomJob) -> tuple[str | None, int | None]:
+    """(job id, attempt) from a CustomJob's Relaunch labels, or (None, None)."""
+    labels = dict(job.labels)
+    if labels.get(MANAGED_BY_LABEL) != MANAGED_BY_VALUE:
+        return None, None
+    try:
+        return labels.get(JOB_LABEL), int(labels.get(ATTEMPT_LABEL, ""))
+    except ValueError:
+        return labels.get(JOB_LABEL), None
+
+
+def timestamp_seconds(value) -> float | None:
+    """A proto timestamp (DatetimeWithNanoseconds) as epoch seconds; None when unset."""
+    if value is None:
+        return None
+    try:
+        seconds = value.timestamp()
+    except (AttributeError, ValueError):
+        return None
+    return seconds if seconds > 0 else None
+
+
+def observed_event(job: aiplatform_v1.CustomJob, attempt: int, exit_reason: str | None) -> ev.VertexObserved:
+    """What the decision core needs to know of one CustomJob read from Vertex."""
+    return ev.VertexObserved(
+        attempt=attempt,
+        vertex_name=job.name,
+        vertex_state=vertex_state_name(job),
+        error_code=job.error.code if job.error else 0,
+        error_message=job.error.message if job.error else "",
+        start_time=timestamp_seconds(job.start_time),
+        end_time=timestamp_seconds(job.end_time),
+        exit_reason=exit_reason,
+    )
+
+
+@dataclass(frozen=True)
+class Submission:
+    """What `ensure_attempt` found or did."""
+
+    job: aiplatform_v1.CustomJob | None  # None: absent and not created
+    created: bool
+    duplicates: tuple[str, ...] = ()  # extra jobs for the same attempt (cancel them)
+
+
+class SubmitRejected(Exception):
+    """Vertex refused the CustomJob (INVALID_ARGUMENT and the like): retrying cannot help."""
+
+
+def make_client(settings: Settings) -> aiplatform_v1.JobServiceClient:
+    if settings.vertex_endpoint:
+        # A passed channel skips credential lookup: right for the plaintext devstack server.
+        channel = grpc.insecure_channel(settings.vertex_endpoint)
+        return aiplatform_v1.JobServiceClient(transport=JobServiceGrpcTransport(channel=channel))
+    return aiplatform_v1.JobServiceClient(
+        client_options={"api_endpoint": f"{settings.region}-aiplatform.googleapis.com"}
+    )
+
+
+class VertexBackend:
+    def __init__(
+        self,
+        settings: Settings,
+        client: aiplatform_v1.JobServiceClient | None = None,
+        *,
+        on_api_error: Callable[[str, str], None] | None = None,
+        retry_attempts: int = 5,
+        retry_max_wait: float = 10.0,
+    ):
+        self.settings = settings
+        self.client = client or make_client(settings)
+        self.parent = settings.vertex_parent
+        self.timeout = settings.rpc_timeout_seconds
+        self.creates = RateLimiter(settings.creates_per_minute)
+        self.reads = RateLimiter(settings.reads_per_minute)
+        self._on_api_error = on_api_error or (lambda api, code: None)
+        self._retry_attempts = retry_attempts
+        self._retry_max_wait = retry_max_wait
+
+    # --- plumbing -----------------------------------------------------------------------
+    def _retrying(self, retry_on: tuple[type[Exception], ...]) -> Retrying:
+        return Retrying(
+            retry=retry_if_exception_type(retry_on),
+            stop=stop_after_attempt(self._retry_attempts),
+            wait=wait_exponential_jitter(initial=0.2, max=self._retry_max_wait),
+            reraise=True,
+        )
+
+    def _call(self, api: str, fn, *, retry_on=RETRYABLE_READ, limiter: RateLimiter | None = None):
+        for attempt in self._retrying(retry_on):
+            with attempt:
+                (limiter or self.reads).acquire()
+                try:
+                    return fn()
+                except gexc.GoogleAPICallError as error:
+                    self._on_api_error(api, type(error).__name__)
+                    raise
+
+    # --- reads ----------------------------------------------------------------------------
+    def get(self, name: str) -> aiplatform_v1.CustomJob | None:
+        try:
+            return self._call(
+                "GetCustomJob", lambda: self.client.get_custom_job(name=name, timeout=self.timeout)
+            )
+        except gexc.NotFound:
+            return None
+
+    def list_jobs(self, filter_: str) -> Iterator[aiplatform_v1.CustomJob]:
+        request = aiplatform_v1.ListCustomJobsRequest(parent=self.parent, filter=filter_, page_size=100)
+        while True:
+            page = self._call("ListCustomJobs", lambda request=request: self._list_page(request))
+            yield from page.custom_jobs
+            if not page.next_page_token:
+                return
+            request = aiplatform_v1.ListCustomJobsRequest(
+                parent=self.parent, filter=filter_, page_size=100, page_token=page.next_page_token
+            )
+
+    def _list_page(self, request: aiplatform_v1.ListCustomJobsRequest):
+        # One RPC per page, so each page is rate limited and retried on its own.
+        # The pager delegates attribute reads to the page it fetched; it fetches no more unless
+        # iterated, so `custom_jobs` and `next_page_token` here are this page's.
+        return self.client.list_custom_jobs(request=request, timeout=self.timeout)
+
+    def list_managed(self) -> Iterator[aiplatform_v1.CustomJob]:
+        return self.list_jobs(f"labels.{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}")
+
+    def find_attempt(self, job_id: str, attempt: int) -> list[aiplatform_v1.CustomJob]:
+        labels = labels_for(job_id, attempt)
+        filter_ = " AND ".join(f"labels.{key}={value}" for key, value in labels.items())
+        return sorted(self.list_jobs(filter_), key=lambda j: (j.create_time.timestamp(), j.name))
+
+    # --- writes ---------------------------------------------------------------------------
+    def cancel(self, name: str) -> None:
+        try:
+            self._call(
+                "CancelCustomJob", lambda: self.client.cancel_custom_job(name=name, timeout=self.timeout)
+            )
+        except (gexc.NotFound, gexc.FailedPrecondition):
+            pass  # already gone or already finished: nothing to cancel
+
+    def ensure_attempt(
+        self, job_id: str, attempt: int, build: Callable[[], aiplatform_v1.CustomJob], *, create: bool
+    ) -> Submission:
+        """Adopt the Vertex job of this attempt if one exists; otherwise create it (if asked).
+
+        Raises SubmitRejected for a permanent refusal; transient errors that outlast the retries
+        propagate as google.api_core exceptions.
+        """
+        for try_ in self._retrying(AMBIGUOUS_CREATE):
+            with try_:
+                existing = self.find_attempt(job_id, attempt)
+                if existing:
+                    return Submission(
+                        existing[0], created=False, duplicates=tuple(j.name for j in existing[1:])
+                    )
+                if not create:
+                    return Submission(None, created=False)
+                self.creates.acquire()
+                try:
+                    job = self.client.create_custom_job(
+                        parent=self.parent, custom_job=build(), timeout=self.timeout
+                    )
+                except PERMANENT_CREATE as error:
+                    self._on_api_error("CreateCustomJob", type(error).__name__)
+                    raise SubmitRejected(error.message or str(error)) from error
+                except gexc.GoogleAPICallError as error:
+                    self._on_api_error("CreateCustomJob", type(error).__name__)
+                    raise
+                log.info("vertex job created", job_id=job_id, attempt=attempt, vertex_job=job.name)
+                return Submission(job, created=True)
+        raise AssertionError("unreachable")  # pragma: no cover

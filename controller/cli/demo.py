@@ -1,0 +1,291 @@
+"""`relaunch demo`: the whole story on one machine, in a few minutes.
+
+devstack (Pub/Sub, GCS, Vertex stand-ins) + the controller as a real process + the trainer's
+built-in GPT example as a 2-node x 2-process Spot job. The demo publishes `examples/demo.yaml`,
+preempts the job mid-training the way a Spot reclaim does, lets the controller notice and resubmit
+from the latest committed checkpoint, and finally runs the same request once more without any
+preemption to show the two runs end with exactly the same loss.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from controller.core.model import TERMINAL_PHASE_NAMES
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "demo.yaml"
+
+
+class DemoFailed(Exception):
+    pass
+
+
+@dataclass
+class DemoOptions:
+    request_file: Path = EXAMPLE
+    steps: int | None = None  # override the example's --steps (tests use fewer)
+    workdir: Path | None = None
+    keep: bool = False
+    timeout: float = 600.0
+    preempt_after_checkpoints: int = 2
+
+
+class Narrator:
+    """Progress lines with the time since the demo started."""
+
+    def __init__(self, out=sys.stdout):
+        self.t0 = time.monotonic()
+        self.out = out
+
+    def say(self, text: str) -> None:
+        print(f"[{time.monotonic() - self.t0:6.1f}s] {text}", file=self.out, flush=True)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _load_request(options: DemoOptions, job_id: str, checkpoint_uri: str) -> dict:
+    request = yaml.safe_load(options.request_file.read_text())
+    request["jobId"] = job_id
+    request["checkpoint"] = {"uri": checkpoint_uri}
+    if options.steps is not None:
+        for pool in request["jobSpec"]["workerPoolSpecs"]:
+            args = pool.get("containerSpec", {}).get("args", [])
+            if "--steps" in args:
+                args[args.index("--steps") + 1] = str(options.steps)
+    return request
+
+
+class Demo:
+    def __init__(self, options: DemoOptions, narrator: Narrator | None = None):
+        self.options = options
+        self.say = (narrator or Narrator()).say
+        self.dir = Path(options.workdir or tempfile.mkdtemp(prefix="relaunch-demo-"))
+        self.stack = None
+        self.controller: subprocess.Popen | None = None
+        self.port = _free_port()
+
+    # --- setting up -------------------------------------------------------------------------
+    def start(self) -> None:
+        from google.auth.credentials import AnonymousCredentials
+        from google.cloud import storage
+
+        from devstack.stack import DevStack
+
+        self.say(f"starting devstack (Pub/Sub, Cloud Storage, Vertex AI stand-ins) in {self.dir}")
+        self.stack = DevStack(str(self.dir / "devstack")).start()
+        self.env = self.stack.env()
+        os.environ.update(self.env)
+        storage.Client(
+            project=self.env["GOOGLE_CLOUD_PROJECT"], credentials=AnonymousCredentials()
+        ).create_bucket("relaunch-demo")
+        self.say("starting the controller (relaunch controller)")
+        controller_env = {
+            **os.environ,
+            **self.env,
+            "PORT": str(self.port),
+            "RELAUNCH_CREATE_SUBSCRIPTIONS": "true",
+            "RELAUNCH_STATE_STORE": f"sqlite:///{self.dir}/controller-state.db",
+            "RELAUNCH_RECONCILE_SECONDS": "5",
+        }
+        self.controller_log = open(self.dir / "controller.log", "ab")
+        self.controller = subprocess.Popen(
+            [sys.executable, "-m", "controller.cli", "controller"],
+            env=controller_env,
+            stdout=self.controller_log,
+            stderr=subprocess.STDOUT,
+        )
+        self._wait(lambda: self._ready(), 60, "the controller to become ready")
+        self.say(f"controller ready: http://127.0.0.1:{self.port}/v1/jobs")
+
+    def _ready(self) -> bool:
+        if self.controller.poll() is not None:
+            raise DemoFailed(
+                f"the controller exited with {self.controller.returncode}; see {self.dir / 'controller.log'}"
+            )
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/readyz", timeout=2) as r:
+                return r.status == 200 and "leader" in r.read().decode()
+        except OSError:
+            return False
+
+    def _job(self, job_id: str) -> dict | None:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/v1/jobs/{job_id}", timeout=5) as r:
+                return json.loads(r.read())
+        except OSError:
+            return None
+
+    def _wait(self, check, timeout: float, what: str):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            value = check()
+            if value:
+                return value
+            time.sleep(0.25)  # polling other processes (HTTP, GCS): nothing to block on
+        raise DemoFailed(f"timed out after {timeout:.0f}s waiting for {what}")
+
+    # --- the story --------------------------------------------------------------------------
+    def publish(self, request: dict) -> None:
+        from google.cloud import pubsub_v1
+
+        from controller.request import parse_request
+
+        parse_request(request)  # the demo's own request must be valid: fail loudly if not
+        topic = f"projects/{self.env['GOOGLE_CLOUD_PROJECT']}/topics/relaunch-requests"
+        pubsub_v1.PublisherClient().publish(topic, json.dumps(request).encode()).result(timeout=30)
+        self.say(f"published job request {request['jobId']!r} to {topic}")
+
+    def follow(self, job_id: str, *, preempt: bool) -> dict:
+        """Print the job's timeline as it grows; preempt attempt 1 once it has checkpoints."""
+        from trainer import storage
+
+        shown = 0
+        preempted = False
+        checkpoint_uri = None
+
+        def step() -> dict | None:
+            nonlocal shown, preempted, checkpoint_uri
+            doc = self._job(job_id)
+            if doc is None:
+                return None
+            checkpoint_uri = doc["checkpointUri"]
+            for entry in doc.get("timeline", [])[shown:]:
+                self.say(f"  {job_id}: {entry['what']}")
+            shown = len(doc.get("timeline", []))
+            if preempt and not preempted and doc["phase"] == "running" and doc["attempt"] == 1:
+                steps = storage.list_committed_steps(checkpoint_uri)
+                if len(steps) >= self.options.preempt_after_checkpoints:
+                    name = doc["attempts"][-1]["vertexJob"]
+                    self.say(
+                        f"SPOT RECLAIM: preempting {name} (checkpoints committed at steps "
+                        f"{steps}); replicas get SIGTERM and 20 s to save"
+                    )
+                    self.stack.preempt(name, grace_seconds=20)
+                    preempted = True
+            return doc if doc["phase"] in TERMINAL_PHASE_NAMES else None
+
+        doc = self._wait(step, self.options.timeout, f"job {job_id} to finish")
+        if preempt and not preempted:
+            raise DemoFailed("the job finished before it could be preempted; use more --steps")
+        return doc
+
+    def final_loss(self, doc: dict) -> tuple[str, str]:
+        """(final loss, parameter hash) the chief logged at the end of the last attempt."""
+        vertex_id = doc["attempts"][-1]["vertexJob"].rsplit("/", 1)[1]
+        log_path = self.dir / "devstack" / "vertex" / vertex_id / "workerpool0-0.log"
+        for line in reversed(log_path.read_text(errors="replace").splitlines()):
+            if '"final_loss"' in line:
+                record = json.loads(line)
+                return record["final_loss"], record.get("params_sha256", "")
+        raise DemoFailed(f"no final loss in {log_path}")
+
+    def stop(self) -> None:
+        if self.controller is not None and self.controller.poll() is None:
+            self.controller.send_signal(signal.SIGTERM)
+            try:
+                self.controller.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.controller.kill()
+        if self.stack is not None:
+            self.stack.stop()
+        if not self.options.keep:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _exit_records(uri: str, attempts: list[dict]) -> dict[int, object]:
+    from trainer import storage
+
+    return {a["number"]: storage.read_exit_record(uri, a["number"]) for a in attempts}
+
+
+def summarize(doc: dict, exits: dict[int, object]) -> list[str]:
+    lines = [
+        f"job {doc['jobId']}: {doc['phase']} after {doc['attempt']} attempt(s), "
+        f"{doc['preemptions']} preemption(s), {doc['failures']} failure(s)"
+    ]
+    for attempt in doc["attempts"]:
+        record = exits.get(attempt["number"])
+        start = (
+            f"resumed from step {attempt['resumeFromStep']}"
+            if attempt["resumeFromStep"] is not None
+            else "started from scratch"
+        )
+        ended = f"ended {attempt['ending']} ({attempt['rule']})"
+        lost = ""
+        if record is not None and record.reason == "preempted":
+            saved = record.last_committed_step
+            lost = (
+                f"; SIGTERM at step {record.step}, emergency checkpoint "
+                f"{'committed' if record.checkpoint_saved else 'NOT saved'}, "
+                f"{(record.step or 0) - (saved or 0)} step(s) to recompute"
+            )
+        lines.append(f"  attempt {attempt['number']}: {start}, {ended}{lost}")
+    return lines
+
+
+def run(options: DemoOptions) -> int:
+    narrator = Narrator()
+    say = narrator.say
+    started = time.monotonic()
+    demo = Demo(options, narrator)
+    saved_env = dict(os.environ)  # the demo points this process's clients at its devstack
+    try:
+        demo.start()
+        main = _load_request(options, "demo-gpt", "gs://relaunch-demo/checkpoints/demo-gpt")
+        demo.publish(main)
+        doc = demo.follow("demo-gpt", preempt=True)
+        if doc["phase"] != "succeeded":
+            raise DemoFailed(f"demo-gpt ended {doc['phase']}: {doc['terminalReason']}")
+        loss, params = demo.final_loss(doc)
+
+        say("now the same request without any preemption, for comparison")
+        reference = _load_request(
+            options, "demo-gpt-reference", "gs://relaunch-demo/checkpoints/demo-gpt-reference"
+        )
+        demo.publish(reference)
+        ref_doc = demo.follow("demo-gpt-reference", preempt=False)
+        if ref_doc["phase"] != "succeeded":
+            raise DemoFailed(f"the reference run ended {ref_doc['phase']}: {ref_doc['terminalReason']}")
+        ref_loss, ref_params = demo.final_loss(ref_doc)
+
+        print()
+        for line in summarize(doc, _exit_records(doc["checkpointUri"], doc["attempts"])):
+            print(line)
+        print(f"final loss, preempted and resumed: {loss}  (parameters sha256 {params[:16]})")
+        print(f"final loss, never preempted:       {ref_loss}  (parameters sha256 {ref_params[:16]})")
+        same = loss == ref_loss and params == ref_params
+        print(
+            "identical: the resumed run ended exactly where an uninterrupted run ends"
+            if same
+            else "MISMATCH: the resumed run diverged from the uninterrupted run"
+        )
+        print(f"demo wall time: {time.monotonic() - started:.0f}s")
+        return 0 if same and doc["preemptions"] >= 1 else 1
+    except DemoFailed as error:
+        print(f"relaunch demo: failed: {error}", file=sys.stderr)
+        if options.keep or options.workdir:
+            print(f"logs kept in {demo.dir}", file=sys.stderr)
+        return 1
+    finally:
+        say("cleaning up (controller, devstack, replica processes)")
+        demo.stop()
+        os.environ.clear()
+        os.environ.update(saved_env)

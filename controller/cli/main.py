@@ -1,0 +1,74 @@
+"""The `relaunch` command line. Verbs live in `controller/commands/`, one module each."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import pkgutil
+import sys
+
+from controller.cli import commands
+
+PROG = "relaunch"
+
+
+def _debugging() -> bool:
+    return os.environ.get("RELAUNCH_DEBUG") == "1"
+
+
+def _error(message: str) -> None:
+    print(f"{PROG}: error: {message}", file=sys.stderr)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description=(
+            "Keep long multi-node PyTorch training jobs alive on Spot GPUs on Vertex AI: "
+            "resubmit from the latest checkpoint after every preemption."
+        ),
+        epilog="Run `relaunch VERB --help` for a verb's options and an example.",
+    )
+    subparsers = parser.add_subparsers(title="verbs", metavar="VERB")
+    for module_info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
+        name = f"{commands.__name__}.{module_info.name}"
+        try:
+            module = importlib.import_module(name)
+        except Exception as error:  # one broken verb must not take the whole CLI down
+            if _debugging():
+                raise
+            print(f"{PROG}: warning: verb module {name} failed to load: {error}", file=sys.stderr)
+            continue
+        register = getattr(module, "register", None)
+        if callable(register):
+            register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as stop:  # --help and usage errors; keep main() returning an int
+        return stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 2)
+    handler = getattr(args, "handler", None)
+    if handler is None:
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return int(handler(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # `relaunch render x.yaml | head`
+        return 0
+    except Exception as error:
+        if _debugging():
+            raise
+        detail = str(error).splitlines()[0] if str(error) else ""
+        _error(f"{type(error).__name__}: {detail}" if detail else type(error).__name__)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,169 @@
+"""Goodput of one job: how much of its wall time went into training that was kept.
+
+Pure functions over a job's document (the stored one, with `state`, or the `status_document`
+form with `attempts`); no I/O, and `now` is passed in.
+
+The estimate, from each attempt's times (`submittedAt`, `startedAt`, `endedAt`) and checkpoint
+steps (`resumeFromStep`, `checkpointStepAtEnd`):
+
+- total: from the job's creation (first submission) to its end (the last attempt's end, or the
+  last update, once the job is terminal), or to `now` while it is still live.
+- running time of an attempt: `startedAt` to `endedAt` (or `now` while it runs). An attempt
+  that never started (a stockout) has none.
+- steps an attempt advanced: `checkpointStepAtEnd` minus the furthest committed step known
+  before it (its `resumeFromStep`, or an earlier attempt's `checkpointStepAtEnd` if higher; a
+  missing step counts as 0). Only committed steps survive an attempt, and steps done a second
+  time are not progress.
+- step rate: each attempt's apparent rate is advanced / running time. It counts any lost time
+  as if it were training, so it can only underestimate; the job's rate is the highest apparent
+  rate among its attempts (the one that wasted least).
+- productive time: a succeeded attempt's whole running time; a still-running attempt's running
+  time so far (nothing is lost until it ends); for an attempt that ended any other way,
+  advanced / job rate.
+- lost ("unproductive running") time: the rest of an ended, unsuccessful attempt's running
+  time. It holds the work done after its last committed checkpoint, which the next attempt
+  recomputes (all of it when it advanced nothing), and also whatever made that attempt slower
+  than the fastest one: start-up, cold caches. The trainer's exit record tells the exact
+  number of recomputed steps; `relaunch demo` prints it.
+- waiting for capacity: `submittedAt` to `startedAt` of each attempt (to `endedAt` for one
+  that never started, to `now` for one still queued).
+- restarting: what remains of the total: queueing before the first submission, backoff
+  between attempts, and the time from an attempt's end to the next one's submission.
+- goodput = productive / total.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from controller.core.model import TERMINAL_PHASE_NAMES
+from controller.readmodel.jobs import status_document
+
+
+@dataclass(frozen=True)
+class AttemptTime:
+    number: int
+    running: float  # seconds between start and end (or now)
+    productive: float
+    lost: float
+    waiting: float  # submitted -> started
+
+
+@dataclass(frozen=True)
+class Goodput:
+    total: float
+    productive: float
+    lost: float
+    waiting_for_capacity: float
+    restarting: float
+    step_rate: float | None  # steps per second; None when no attempt advanced
+    attempts: tuple[AttemptTime, ...]
+
+    @property
+    def ratio(self) -> float | None:
+        return self.productive / self.total if self.total > 0 else None
+
+    def summary(self) -> str:
+        ratio = "n/a" if self.ratio is None else f"{self.ratio:.1%}"
+        rate = "unknown" if self.step_rate is None else f"{self.step_rate:.3g} steps/s"
+        return (
+            f"goodput {ratio} of {duration(self.total)}: productive {duration(self.productive)}, "
+            f"unproductive running {duration(self.lost)}, waiting for capacity "
+            f"{duration(self.waiting_for_capacity)}, restarting {duration(self.restarting)} "
+            f"(step rate {rate})"
+        )
+
+
+def duration(seconds: float) -> str:
+    """Seconds as a short human duration: 42s, 3m05s, 2h07m, 3d04h."""
+    seconds = max(0, int(round(seconds)))
+    if seconds < 60:
+        return f"{seconds}s"
+    minutes, secs = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours}h{minutes:02d}m"
+    days, hours = divmod(hours, 24)
+    return f"{days}d{hours:02d}h"
+
+
+def user_view(document: dict) -> dict:
+    """The `status_document` form, whichever form was given."""
+    if "state" in document:
+        return status_document(document, with_timeline=False)
+    return document
+
+
+def job_end(view: dict, now: float) -> float:
+    """When the job's wall clock stops: its end once terminal, otherwise now."""
+    if view["phase"] not in TERMINAL_PHASE_NAMES:
+        return now
+    ends = [a["endedAt"] for a in view["attempts"] if a.get("endedAt") is not None]
+    return max(ends) if ends else _first(view.get("updatedAt"), view["createdAt"])
+
+
+def _running(attempt: dict, now: float) -> float:
+    started = attempt.get("startedAt")
+    if started is None:
+        return 0.0
+    return max(0.0, _first(attempt.get("endedAt"), now) - started)
+
+
+def _advanced(attempts: list[dict]) -> list[int]:
+    """New committed steps of each attempt, in order."""
+    out, best = [], 0
+    for attempt in attempts:
+        start = max(best, attempt.get("resumeFromStep") or 0)
+        end = attempt.get("checkpointStepAtEnd")
+        end = start if end is None else end
+        out.append(max(0, end - start))
+        best = max(best, end)
+    return out
+
+
+def _waiting(attempt: dict, now: float) -> float:
+    submitted = attempt.get("submittedAt")
+    if submitted is None:
+        return 0.0
+    return max(0.0, _first(attempt.get("startedAt"), attempt.get("endedAt"), now) - submitted)
+
+
+def _first(*values: float | None) -> float:
+    """The first value that is set (0 is a time like any other)."""
+    return next(v for v in values if v is not None)
+
+
+def step_rate(attempts: list[dict], now: float) -> float | None:
+    rates = [
+        steps / _running(a, now)
+        for a, steps in zip(attempts, _advanced(attempts))
+        if _running(a, now) > 0 and steps > 0
+    ]
+    return max(rates) if rates else None
+
+
+def compute(document: dict, now: float) -> Goodput:
+    view = user_view(document)
+    attempts = view["attempts"]
+    rate = step_rate(attempts, now)
+    rows = []
+    for attempt, advanced in zip(attempts, _advanced(attempts)):
+        running = _running(attempt, now)
+        ending = attempt.get("ending")
+        if ending is None or ending == "succeeded":
+            productive = running
+        elif rate is None:
+            productive = 0.0
+        else:
+            productive = min(running, advanced / rate)
+        rows.append(
+            AttemptTime(attempt["number"], running, productive, running - productive, _waiting(attempt, now))
+        )
+    total = max(0.0, job_end(view, now) - view["createdAt"])
+    productive = sum(r.productive for r in rows)
+    lost = sum(r.lost for r in rows)
+    waiting = sum(r.waiting for r in rows)
+    restarting = max(0.0, total - productive - lost - waiting)
+    return Goodput(total, productive, lost, waiting, restarting, rate, tuple(rows))

@@ -1,0 +1,324 @@
+"""The Relaunch part of a request (jobId, checkpoint, restartPolicy, labels), checked with pydantic models."""
+
+from __future__ import annotations
+
+import difflib
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
+from pydantic.alias_generators import to_camel
+
+from controller.core.policy import Backoff, RestartPolicy
+from controller.request import labels as label_rules
+from controller.request.limits import JOB_ID_PATTERN, JOB_ID_RE, MAX_DISPLAY_NAME_LENGTH
+from controller.request.problems import Problem, format_path, short_repr
+
+
+def _bucket_name_problem(bucket: str) -> str | None:
+    """Cloud Storage bucket naming rules, the ones a typo is likely to break."""
+    if not bucket:
+        return "is missing the bucket name"
+    if not re.fullmatch(r"[a-z0-9][a-z0-9._-]*[a-z0-9]", bucket):
+        return (
+            f"bucket name {bucket!r} must use only lowercase letters, digits, '-', '_' and '.', "
+            "and start and end with a letter or digit"
+        )
+    limit = 222 if "." in bucket else 63
+    if not 3 <= len(bucket) <= limit:
+        return f"bucket name {bucket!r} must be 3 to {limit} characters long"
+    if any(len(part) > 63 for part in bucket.split(".")):
+        return f"bucket name {bucket!r} has a dot-separated part longer than 63 characters"
+    if re.fullmatch(r"\d+\.\d+\.\d+\.\d+", bucket):
+        return f"bucket name {bucket!r} must not look like an IP address"
+    if bucket.startswith("goog") or "google" in bucket:
+        return f"bucket name {bucket!r} must not start with 'goog' or contain 'google'"
+    return None
+
+
+def checkpoint_uri_problem(uri: str, *, allow_local: bool) -> str | None:
+    """Why `uri` cannot be a checkpoint root, or None when it can."""
+    if any(ord(ch) < 32 for ch in uri):
+        return "must not contain control characters"
+    if uri.startswith("gs://"):
+        bucket, _, prefix = uri[len("gs://") :].partition("/")
+        bucket_problem = _bucket_name_problem(bucket)
+        if bucket_problem:
+            return bucket_problem
+        prefix = prefix.rstrip("/")
+        if not prefix:
+            return (
+                f"must name a folder inside the bucket (like gs://{bucket}/checkpoints/my-job), "
+                "not the bucket root, so jobs never share checkpoints by accident"
+            )
+        if "//" in prefix:
+            return "must not contain empty path segments ('//')"
+        return None
+    if uri.startswith("file://"):
+        if not allow_local:
+            return (
+                "file:// URIs are accepted only for local runs (relaunch validate --local, "
+                "RELAUNCH_ALLOW_LOCAL_CHECKPOINTS=true for the controller); use gs://bucket/prefix"
+            )
+        path = uri[len("file://") :].rstrip("/")
+        if not path.startswith("/"):
+            return f"must be an absolute local path like file:///abs/path (got {uri!r})"
+        return None
+    return f"must be a Cloud Storage URI like gs://bucket/prefix (got {short_repr(uri)})"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(
+        strict=True,
+        extra="forbid",
+        alias_generator=to_camel,
+        populate_by_name=False,
+        allow_inf_nan=False,
+        frozen=True,
+        field_title_generator=lambda name, info: to_camel(name),
+        model_title_generator=lambda model: model.__name__.removesuffix("Model"),
+    )
+
+
+class BackoffModel(_Strict):
+    """Delay between attempts: initialSeconds * multiplier^(k-1), capped at maxSeconds, with
+    +/- jitter (a fraction)."""
+
+    initial_seconds: float = Field(
+        30.0, ge=0, description="Delay before the first retry (0 = resubmit at once)."
+    )
+    multiplier: float = Field(2.0, ge=1, description="Growth factor per retry (>= 1).")
+    max_seconds: float = Field(1800.0, ge=0, description="Upper bound of any delay (>= initialSeconds).")
+    jitter: float = Field(0.2, ge=0, lt=1, description="Random spread as a fraction, 0 <= jitter < 1.")
+
+    @field_validator("max_seconds")
+    @classmethod
+    def _max_not_below_initial(cls, value: float, info: ValidationInfo) -> float:
+        initial = info.data.get("initial_seconds")
+        if initial is not None and value < initial:
+            raise ValueError(f"must be >= initialSeconds ({initial:g}) (got {value:g})")
+        return value
+
+
+class RestartPolicyModel(_Strict):
+    """What Relaunch may do when an attempt ends without success."""
+
+    max_failures: int = Field(3, ge=0, description="Non-preemption failures that may be retried.")
+    max_preemptions: int | None = Field(
+        None, ge=0, description="Preemptions that may be retried; null = unlimited."
+    )
+    backoff: BackoffModel = Field(default_factory=BackoffModel)
+    crash_loop_attempts: int = Field(
+        3, ge=1, description="Give up after this many consecutive attempts without checkpoint progress."
+    )
+    on_demand_after_preemptions: int | None = Field(
+        None, ge=1, description="Switch scheduling to ON_DEMAND after this many preemptions; null = never."
+    )
+
+    def to_policy(self) -> RestartPolicy:
+        backoff = self.backoff
+        return RestartPolicy(
+            max_failures=self.max_failures,
+            max_preemptions=self.max_preemptions,
+            backoff=Backoff(
+                initial_seconds=float(backoff.initial_seconds),
+                multiplier=float(backoff.multiplier),
+                max_seconds=float(backoff.max_seconds),
+                jitter=float(backoff.jitter),
+            ),
+            crash_loop_attempts=self.crash_loop_attempts,
+            on_demand_after_preemptions=self.on_demand_after_preemptions,
+        )
+
+
+class CheckpointModel(_Strict):
+    uri: str = Field(
+        description="Checkpoint root of this job: gs://bucket/prefix (file:///abs/path for local runs).",
+        json_schema_extra={"pattern": "^(gs://[a-z0-9][a-z0-9._-]*[a-z0-9]/.+|file:///.+)$"},
+    )
+
+    @field_validator("uri")
+    @classmethod
+    def _valid_uri(cls, value: str, info: ValidationInfo) -> str:
+        allow_local = bool((info.context or {}).get("allow_local_checkpoints"))
+        problem = checkpoint_uri_problem(value, allow_local=allow_local)
+        if problem:
+            raise ValueError(problem)
+        return value.rstrip("/") if value.rstrip("/") not in ("gs:", "file:") else value
+
+
+def _check_job_id(value: str) -> str:
+    if not JOB_ID_RE.fullmatch(value):
+        raise ValueError(
+            "must be 1-63 characters of lowercase letters, digits and '-', start with a letter "
+            f"and not end with '-' (got {short_repr(value)})"
+        )
+    return value
+
+
+def _check_label_key(key: str) -> str:
+    problem = label_rules.label_key_problem(key)
+    if problem:
+        raise ValueError(problem)
+    return key
+
+
+def _check_label_value(value: str) -> str:
+    problem = label_rules.label_value_problem(value)
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
+JobId = Annotated[
+    str, AfterValidator(_check_job_id), Field(json_schema_extra={"pattern": f"^{JOB_ID_PATTERN}$"})
+]
+LabelKey = Annotated[str, AfterValidator(_check_label_key)]
+LabelValue = Annotated[str, AfterValidator(_check_label_value)]
+
+
+class JobRequestModel(_Strict):
+    """A Relaunch job request (v1)."""
+
+    job_id: JobId = Field(
+        description="Idempotency key and name of the job; also the value of the relaunch-job label."
+    )
+    display_name: str | None = Field(
+        None,
+        description="Human-readable name; Relaunch appends ' [attempt N]'.",
+        max_length=MAX_DISPLAY_NAME_LENGTH,
+    )
+    job_spec: dict[str, Any] = Field(
+        description=(
+            "A Vertex AI CustomJobSpec in REST (camelCase JSON) form, exactly what "
+            "`gcloud ai custom-jobs create --config` takes. Validated with the Vertex client library."
+        ),
+        json_schema_extra={
+            "$comment": "https://cloud.google.com/vertex-ai/docs/reference/rest/v1/CustomJobSpec"
+        },
+    )
+    checkpoint: CheckpointModel
+    restart_policy: RestartPolicyModel = Field(default_factory=RestartPolicyModel)
+    labels: dict[LabelKey, LabelValue] = Field(
+        default_factory=dict,
+        description=(
+            f"Vertex labels, at most {label_rules.MAX_USER_LABELS}; keys relaunch-job, relaunch-attempt "
+            "and managed-by are reserved."
+        ),
+        json_schema_extra={
+            "maxProperties": label_rules.MAX_USER_LABELS,
+            "propertyNames": {
+                "pattern": "^[a-z][a-z0-9_-]{0,62}$",
+                "not": {"enum": list(label_rules.RESERVED_LABEL_KEYS)},
+            },
+            "additionalProperties": {"type": "string", "pattern": "^[a-z0-9_-]{0,63}$"},
+        },
+    )
+
+    @field_validator("display_name")
+    @classmethod
+    def _display_name_not_blank(cls, value: str | None) -> str | None:
+        if value is not None and not value.strip():
+            raise ValueError("must not be blank (omit it to use the jobId)")
+        return value
+
+    @field_validator("labels")
+    @classmethod
+    def _not_too_many_labels(cls, value: dict[str, str]) -> dict[str, str]:
+        if len(value) > label_rules.MAX_USER_LABELS:
+            raise ValueError(
+                f"at most {label_rules.MAX_USER_LABELS} labels: Vertex allows "
+                f"{label_rules.VERTEX_MAX_LABELS} and Relaunch adds 3 of its own (got {len(value)})"
+            )
+        return value
+
+
+class CancelRequestModel(_Strict):
+    """Stop a job: cancel its running attempt and never resubmit it."""
+
+    job_id: JobId
+    action: Literal["cancel"]
+
+
+def request_json_schema() -> dict:
+    """JSON Schema of a request (job or cancel), as committed in docs/request-schema.json."""
+    schema = TypeAdapter(JobRequestModel | CancelRequestModel).json_schema(by_alias=True)
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": "https://relaunch.dev/schemas/request-v1.json",
+        "title": "Relaunch request (v1)",
+        "description": (
+            "A job request or a cancel request. jobSpec is a Vertex AI CustomJobSpec in REST form; "
+            "its contents are checked by the Vertex client library, not by this schema."
+        ),
+        **schema,
+    }
+
+
+def _allowed_field_names(model: type[BaseModel] | None, parent: tuple) -> list[str]:
+    """Aliases accepted at `parent` (a pydantic loc) inside `model`; [] when not a model there."""
+    for part in parent:
+        if model is None:
+            return []
+        match = next((f for name, f in model.model_fields.items() if (f.alias or name) == part), None)
+        annotation = match.annotation if match else None
+        model = annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
+    if model is None:
+        return []
+    return [f.alias or name for name, f in model.model_fields.items()]
+
+
+def unknown_field_reason(name: Any, allowed: list[str], owner: str = "") -> str:
+    """'unknown field' plus the nearest allowed name, or the whole list when none is near."""
+    text = f"unknown field of {owner}" if owner else "unknown field"
+    if not allowed:
+        return text
+    close = difflib.get_close_matches(str(name), allowed, n=1, cutoff=0.6)
+    if close:
+        return f"{text}; did you mean {close[0]!r}?"
+    return f"{text}; allowed: {', '.join(allowed)}"
+
+
+_PYDANTIC_WORDS = (
+    ("Input should be a valid dictionary", "must be an object"),
+    ("Input should be a valid integer", "must be an integer"),
+    ("Input should be a valid number", "must be a number"),
+    ("Input should be a valid string", "must be a string"),
+    ("Input should be a valid boolean", "must be true or false"),
+    ("Input should be", "must be"),
+    ("String should have", "must have"),
+)
+
+
+def problems_from_pydantic(error: ValidationError, model: type[BaseModel]) -> list[Problem]:
+    problems = []
+    for item in error.errors(include_url=False):
+        loc = tuple(item["loc"])
+        kind = item["type"]
+        if loc and loc[-1] == "[key]":  # the key itself is wrong (e.g. not a string)
+            loc = loc[:-1]
+        if kind == "extra_forbidden":
+            reason = unknown_field_reason(loc[-1], _allowed_field_names(model, loc[:-1]))
+        elif kind == "missing":
+            reason = "required field is missing"
+        elif kind == "value_error":
+            reason = str(item["ctx"]["error"])
+        elif kind == "literal_error" and loc == ("action",):
+            reason = f"must be 'cancel', the only action (got {short_repr(item['input'])})"
+        else:
+            message = item["msg"]
+            for library_words, our_words in _PYDANTIC_WORDS:
+                message = message.replace(library_words, our_words)
+            message = message[0].lower() + message[1:]
+            reason = f"{message} (got {short_repr(item['input'])})"
+        problems.append(Problem(format_path(loc), reason))
+    return problems

@@ -1,0 +1,145 @@
+"""Parsed requests (`JobRequest`, `CancelRequest`) and `parse_request`, the one entry point."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import (
+    ValidationError,
+)
+
+from controller.core.policy import RestartPolicy
+from controller.request.fields import (
+    CancelRequestModel,
+    JobRequestModel,
+    problems_from_pydantic,
+    request_json_schema,
+)
+from controller.request.jobspec import parse_job_spec, spec_to_rest
+from controller.request.loading import load_document
+from controller.request.problems import Problem, RequestInvalid, kind_of
+
+
+@dataclass(frozen=True)
+class CancelRequest:
+    """`{jobId, action: cancel}`: stop the job for good."""
+
+    job_id: str
+
+    def to_json(self) -> dict:
+        return {"jobId": self.job_id, "action": "cancel"}
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """A valid job request. `job_spec` is shared, never mutate it (render copies it first)."""
+
+    job_id: str
+    display_name: str | None
+    job_spec: Any = field(repr=False)  # google.cloud.aiplatform_v1.CustomJobSpec
+    job_spec_rest: dict = field(compare=False, repr=False)  # as the user wrote it
+    checkpoint_uri: str
+    restart_policy: RestartPolicy
+    labels: dict[str, str]
+
+    def to_json(self) -> dict:
+        """Canonical camelCase form; `parse_request` accepts it back and yields an equal request."""
+        policy = self.restart_policy
+        document = {"jobId": self.job_id}
+        if self.display_name is not None:
+            document["displayName"] = self.display_name
+        document["jobSpec"] = spec_to_rest(self.job_spec)
+        document["checkpoint"] = {"uri": self.checkpoint_uri}
+        document["restartPolicy"] = {
+            "maxFailures": policy.max_failures,
+            "maxPreemptions": policy.max_preemptions,
+            "backoff": {
+                "initialSeconds": float(policy.backoff.initial_seconds),
+                "multiplier": float(policy.backoff.multiplier),
+                "maxSeconds": float(policy.backoff.max_seconds),
+                "jitter": float(policy.backoff.jitter),
+            },
+            "crashLoopAttempts": policy.crash_loop_attempts,
+            "onDemandAfterPreemptions": policy.on_demand_after_preemptions,
+        }
+        document["labels"] = dict(sorted(self.labels.items()))
+        return document
+
+    def fingerprint(self) -> str:
+        """sha256 of the canonical JSON: equal for the same request however it was spelled
+        (key order, defaults written out or not), different when anything meaningful changes."""
+        canonical = json.dumps(self.to_json(), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def parse_request(
+    raw: bytes | str | Mapping, *, allow_local_checkpoints: bool = False
+) -> JobRequest | CancelRequest:
+    """Parse and validate a job or cancel request; raise `RequestInvalid` listing every problem.
+
+    Text is JSON when it starts with `{` or `[`, YAML otherwise. `allow_local_checkpoints`
+    admits `file:///abs/path` checkpoint URIs (local runs only; production must leave it off).
+    """
+    document = load_document(raw)
+    if not isinstance(document, dict):
+        raise RequestInvalid(
+            [
+                Problem(
+                    "request",
+                    f"must be an object with fields such as jobId and jobSpec (got {kind_of(document)})",
+                )
+            ]
+        )
+    if "action" in document:
+        return _parse_cancel(document)
+    return _parse_job(document, allow_local_checkpoints)
+
+
+def _parse_cancel(document: dict) -> CancelRequest:
+    try:
+        model = CancelRequestModel.model_validate(document)
+    except ValidationError as error:
+        problems = []
+        for problem in problems_from_pydantic(error, CancelRequestModel):
+            if problem.reason.startswith("unknown field"):
+                problem = Problem(problem.field, "not allowed in a cancel request (only jobId and action)")
+            problems.append(problem)
+        raise RequestInvalid(problems) from None
+    return CancelRequest(job_id=model.job_id)
+
+
+def _parse_job(document: dict, allow_local_checkpoints: bool) -> JobRequest:
+    problems: list[Problem] = []
+    model = None
+    try:
+        model = JobRequestModel.model_validate(
+            document, context={"allow_local_checkpoints": allow_local_checkpoints}
+        )
+    except ValidationError as error:
+        problems.extend(problems_from_pydantic(error, JobRequestModel))
+
+    spec = None
+    spec_rest = document.get("jobSpec")
+    if isinstance(spec_rest, dict):
+        spec, spec_problems = parse_job_spec(spec_rest, path=("jobSpec",))
+        problems.extend(spec_problems)
+
+    if problems or model is None or spec is None:
+        raise RequestInvalid(problems or [Problem("request", "is not a valid job request")])
+    return JobRequest(
+        job_id=model.job_id,
+        display_name=model.display_name,
+        job_spec=spec,
+        job_spec_rest=spec_rest,
+        checkpoint_uri=model.checkpoint.uri,
+        restart_policy=model.restart_policy.to_policy(),
+        labels=dict(model.labels),
+    )
+
+
+if __name__ == "__main__":  # python -m controller.request > docs/request-schema.json
+    print(json.dumps(request_json_schema(), indent=2))

@@ -1,0 +1,98 @@
+"""Render the Vertex AI CustomJob that Relaunch submits for one attempt of a job request.
+
+The controller daemon and `relaunch render` both use `build_custom_job`, so what the CLI prints
+is exactly what would be created. Rules (also in docs/requests.md):
+
+- the user's jobSpec is copied, never changed in place;
+- labels: the request's labels plus `relaunch-job`, `relaunch-attempt`, `managed-by`;
+- display name: `<displayName or jobId> [attempt N]`, cut to Vertex's 128 characters;
+- every non-empty pool's container gets RELAUNCH_JOB_ID, RELAUNCH_ATTEMPT,
+  RELAUNCH_CHECKPOINT_URI and RELAUNCH_RESUME_FROM (empty = start fresh or from the latest
+  committed checkpoint), replacing any user value of the same name;
+- scheduling strategy: ON_DEMAND when `on_demand` is set; SPOT when the user set none (Relaunch
+  exists for Spot capacity, and Vertex's own default would be STANDARD); the user's otherwise.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from google.cloud import aiplatform_v1 as vertex
+from google.protobuf import json_format
+
+from controller.request import RELAUNCH_ENV_NAMES, JobRequest
+from controller.request.labels import labels_for
+
+VERTEX_MAX_DISPLAY_NAME = 128
+
+__all__ = ["build_custom_job", "custom_job_to_rest", "display_name_for", "labels_for"]
+
+
+def display_name_for(request: JobRequest, attempt: int) -> str:
+    """`<displayName or jobId> [attempt N]`, at most 128 characters.
+
+    The suffix is kept whole (it is what tells attempts apart in the console); the name is cut.
+    """
+    suffix = f" [attempt {attempt}]"
+    name = request.display_name or request.job_id
+    return name[: max(0, VERTEX_MAX_DISPLAY_NAME - len(suffix))] + suffix
+
+
+def _relaunch_env(request: JobRequest, attempt: int, resume_from: str | None) -> list[vertex.EnvVar]:
+    values = {
+        "RELAUNCH_JOB_ID": request.job_id,
+        "RELAUNCH_ATTEMPT": str(attempt),
+        "RELAUNCH_CHECKPOINT_URI": request.checkpoint_uri,
+        "RELAUNCH_RESUME_FROM": resume_from or "",
+    }
+    return [vertex.EnvVar(name=name, value=values[name]) for name in RELAUNCH_ENV_NAMES]
+
+
+def _with_relaunch_env(env: Any, ours: list[vertex.EnvVar]) -> list:
+    """The user's variables (in their order) minus any RELAUNCH_* ones, then ours."""
+    kept = [
+        vertex.EnvVar(name=entry.name, value=entry.value)
+        for entry in env
+        if entry.name not in RELAUNCH_ENV_NAMES
+    ]
+    return kept + ours
+
+
+def build_custom_job(
+    request: JobRequest,
+    attempt: int,
+    *,
+    resume_from: str | None = None,
+    on_demand: bool = False,
+) -> vertex.CustomJob:
+    """The CustomJob for attempt `attempt` (1-based) of `request`."""
+    if isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 1:
+        raise ValueError(f"attempt counts from 1 (got {attempt!r})")
+    spec = vertex.CustomJobSpec.deserialize(vertex.CustomJobSpec.serialize(request.job_spec))
+
+    ours = _relaunch_env(request, attempt, resume_from)
+    for pool in spec.worker_pool_specs:
+        # Empty `{}` pools are placeholders Vertex skips; giving them env would make them real.
+        if "container_spec" in pool:
+            pool.container_spec.env = _with_relaunch_env(pool.container_spec.env, ours)
+        elif "python_package_spec" in pool:
+            pool.python_package_spec.env = _with_relaunch_env(pool.python_package_spec.env, ours)
+
+    strategy = vertex.Scheduling.Strategy
+    if on_demand:
+        spec.scheduling.strategy = strategy.ON_DEMAND
+        # maxWaitDuration applies to FLEX_START only; Vertex rejects it with ON_DEMAND.
+        spec.scheduling.max_wait_duration = None
+    elif spec.scheduling.strategy == strategy.STRATEGY_UNSPECIFIED:
+        spec.scheduling.strategy = strategy.SPOT
+
+    return vertex.CustomJob(
+        display_name=display_name_for(request, attempt),
+        job_spec=spec,
+        labels={**request.labels, **labels_for(request.job_id, attempt)},
+    )
+
+
+def custom_job_to_rest(job: vertex.CustomJob) -> dict:
+    """The CustomJob as Vertex's REST API shows it: camelCase JSON, int64 values as strings."""
+    return json_format.MessageToDict(vertex.CustomJob.pb(job))

@@ -1,0 +1,396 @@
+"""The imperative shell around the decision core.
+
+For one job at a time (a lock per job) it loads the state, asks `decide` what to do, stores the
+new state with a compare-and-set write (carrying the lease's fence token), and only then carries
+out the actions. Actions report back as new events, which go through the same loop.
+
+Everything that reaches the controller ends up here (requests first pass `service.intake`):
+  - `apply(job_id, event)`: one event for one job, e.g. a cancel recorded by the intake;
+  - `on_hint(vertex_job_id)`: a Vertex job-state log entry; the job is then read with Get;
+  - `reconcile()`: the periodic list-by-label pass plus a timer tick for every live job;
+  - `fire_due_timers()`: backoff wake-ups.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from google.api_core import exceptions as gexc
+from google.cloud import aiplatform_v1
+
+from controller import logs
+from controller.adapters.vertex import (
+    SubmitRejected,
+    VertexBackend,
+    job_labels,
+    observed_event,
+    vertex_state_name,
+)
+from controller.core import events as ev
+from controller.core.actions import (
+    Action,
+    CancelVertexJob,
+    MarkTerminal,
+    RaiseAlert,
+    ScheduleWakeup,
+    SubmitAttempt,
+)
+from controller.core.decide import CoreConfig, decide
+from controller.core.model import VERTEX_TERMINAL, JobState, Phase
+from controller.readmodel import goodput
+from controller.readmodel.jobs import append_timeline, transition_entries
+from controller.request import JobRequest, parse_request
+from controller.request.render import build_custom_job
+from controller.service.alerts import AlertSink, ReconcileHealth
+from controller.service.timers import TimerQueue
+from controller.settings import Settings
+from controller.store import StateStore, VersionConflict
+from controller.store.keys import JOBS_PREFIX, job_key
+
+log = logs.get("relaunch.engine")
+
+
+@dataclass
+class Dependencies:
+    store: StateStore
+    vertex: VertexBackend
+    checkpoints: Any  # controller.adapters.checkpoints.CheckpointProbe
+    alerts: AlertSink
+    metrics: Any | None = None  # controller.service.metrics.Metrics
+
+
+class Engine:
+    def __init__(
+        self,
+        settings: Settings,
+        deps: Dependencies,
+        *,
+        clock: Callable[[], float] = time.time,
+        rng: random.Random | None = None,
+        fence: Callable[[], int] = lambda: 0,
+        is_leader: Callable[[], bool] = lambda: True,
+    ):
+        self.settings = settings
+        self.store = deps.store
+        self.vertex = deps.vertex
+        self.checkpoints = deps.checkpoints
+        self.alerts = deps.alerts
+        self.metrics = deps.metrics
+        self.clock = clock
+        self.rng = rng or random.Random()
+        self.fence = fence
+        self.is_leader = is_leader
+        self.core_config = CoreConfig(
+            submit_retry_seconds=settings.submit_retry_seconds,
+            capacity_wait_alert_seconds=settings.capacity_wait_alert_seconds,
+            preemption_storm_count=settings.preemption_storm_count,
+            preemption_storm_window_seconds=settings.preemption_storm_window_seconds,
+        )
+        self.timers = TimerQueue(clock)
+        self.health = ReconcileHealth(self.alerts, settings.degraded_after_failed_passes)
+        self._locks: dict[str, threading.RLock] = {}
+        self._locks_guard = threading.Lock()
+        self._requests: dict[str, JobRequest] = {}
+
+    def remember_request(self, request: JobRequest) -> None:
+        """The intake hands over a request it just stored, saving a parse on the first submit."""
+        self._requests[request.job_id] = request
+
+    # ==== observations =====================================================================
+    def on_hint(self, vertex_job_id: str) -> None:
+        """A log entry said something happened to this Vertex job: read its real state."""
+        name = f"{self.vertex.parent}/customJobs/{vertex_job_id}"
+        job = self.vertex.get(name)
+        if job is not None:
+            self.observe(job)
+
+    def observe(self, job: aiplatform_v1.CustomJob) -> None:
+        """Feed one authoritative CustomJob to its Relaunch job, if it is one of ours."""
+        job_id, attempt = job_labels(job)
+        if job_id is None or attempt is None:
+            return
+        record = self.store.get(job_key(job_id))
+        if record is None:
+            return
+        state_name = vertex_state_name(job)
+        with self._lock(job_id):
+            events: list[ev.Event] = []
+            exit_reason = None
+            if state_name in VERTEX_TERMINAL:
+                # Learn the latest committed checkpoint and the trainer's exit record first: the
+                # core classifies the ending and measures progress with them.
+                uri = record.document["request"]["checkpoint"]["uri"]
+                latest = self.checkpoints.latest(uri)
+                if latest is not None:
+                    events.append(ev.CheckpointObserved(latest.step, latest.uri))
+                record_ = self.checkpoints.exit_record(uri, attempt)
+                exit_reason = record_.reason if record_ is not None else None
+            events.append(observed_event(job, attempt, exit_reason))
+            for event in events:
+                self.apply(job_id, event)
+
+    def reconcile(self) -> None:
+        """Level-triggered pass: list our Vertex jobs, feed what is seen, tick every live job.
+
+        A pass that hit errors counts toward `controller_degraded`; a clean one resolves it."""
+        if not self.is_leader():
+            return
+        errors: list[str] = []
+        seen: set[str] = set()
+        try:
+            listed = list(self.vertex.list_managed())
+        except Exception as error:
+            self.health.pass_failed([f"listing Vertex jobs: {error}"])
+            raise
+        for job in listed:
+            seen.add(job.name)
+            try:
+                self.observe(job)
+            except Exception as error:
+                errors.append(f"{job.name}: {error}")
+                log.exception("reconcile: observing a job failed", vertex_job=job.name)
+        live = self.live_states()
+        for state in sorted(live, key=lambda s: s.current.intent_at if s.current else s.created_at):
+            try:
+                current = state.current
+                if current and current.vertex_name and not current.ended and current.vertex_name not in seen:
+                    # Listed moments ago and not there: confirm with Get before believing it.
+                    job = self.vertex.get(current.vertex_name)
+                    if job is None:
+                        self.apply(state.job_id, ev.VertexJobMissing(current.number, current.vertex_name))
+                    else:
+                        self.observe(job)
+                elif current and not current.ended and current.vertex_name:
+                    self._probe_progress(state)
+                self.apply(state.job_id, ev.TimerFired())
+            except Exception as error:
+                errors.append(f"{state.job_id}: {error}")
+                log.exception("reconcile: job failed to converge", job_id=state.job_id)
+        self._export_job_states()
+        if errors:
+            self.health.pass_failed(errors)
+        else:
+            self.health.pass_succeeded()
+
+    def _probe_progress(self, state: JobState) -> None:
+        request = self._request(state.job_id)
+        latest = self.checkpoints.latest(request.checkpoint_uri)
+        if latest is not None and (
+            state.latest_checkpoint_step is None or latest.step > state.latest_checkpoint_step
+        ):
+            self.apply(state.job_id, ev.CheckpointObserved(latest.step, latest.uri))
+
+    def fire_due_timers(self) -> int:
+        fired = 0
+        for job_id in self.timers.pop_due():
+            try:
+                self.apply(job_id, ev.TimerFired())
+                fired += 1
+            except Exception:
+                log.exception("timer: job failed to converge", job_id=job_id)
+        return fired
+
+    # ==== the loop: decide, persist, act ===================================================
+    def apply(self, job_id: str, event: ev.Event) -> JobState | None:
+        """Run one event through the core for one job; persist first, then act."""
+        with self._lock(job_id):
+            pending: list[ev.Event] = [event]
+            state = None
+            while pending:
+                state, actions = self._decide_and_store(job_id, pending.pop(0))
+                if state is None:
+                    return None
+                for action in actions:
+                    pending.extend(self._execute(state, action))
+            return state
+
+    def _decide_and_store(self, job_id: str, event: ev.Event) -> tuple[JobState | None, tuple[Action, ...]]:
+        for _ in range(5):
+            record = self.store.get(job_key(job_id))
+            if record is None:
+                return None, ()
+            state = JobState.from_dict(record.document["state"])
+            now = self.clock()
+            decision = decide(state, event, now, self.rng, self.core_config)
+            if decision.state == state:
+                return state, decision.actions
+            document = dict(record.document)
+            document["state"] = decision.state.to_dict()
+            entries = transition_entries(state, decision.state, event, decision.actions, now)
+            document["timeline"] = append_timeline(document, entries)
+            try:
+                self.store.put(job_key(job_id), document, expected_version=record.version, fence=self.fence())
+            except VersionConflict:
+                continue  # someone else wrote in between: decide again on the fresh state
+            self._after_transition(state, decision.state, now)
+            self._resolve_alerts(state, decision.state)
+            return decision.state, decision.actions
+        raise RuntimeError(f"{job_id}: state kept changing under us; giving up this event")
+
+    def _execute(self, state: JobState, action: Action) -> list[ev.Event]:
+        job_id = state.job_id
+        attempt = state.current.number if state.current else 0
+        bound = log.bind(job_id=job_id, attempt=attempt)
+        if isinstance(action, SubmitAttempt):
+            return self._submit(state, action)
+        if isinstance(action, CancelVertexJob):
+            bound.info("cancelling vertex job", vertex_job=action.vertex_name, for_attempt=action.attempt)
+            self.vertex.cancel(action.vertex_name)
+            return []
+        if isinstance(action, ScheduleWakeup):
+            self.timers.schedule(job_id, action.at)
+            return []
+        if isinstance(action, RaiseAlert):
+            self.alerts.raise_alert(
+                action.kind,
+                action.severity,
+                action.summary,
+                job_id=job_id,
+                attempt=attempt,
+                details=action.details,
+            )
+            if self.metrics is not None:
+                self.metrics.alert(action.kind)
+            return []
+        if isinstance(action, MarkTerminal):
+            (bound.info if action.phase == "succeeded" else bound.warning)(
+                f"job {action.phase}",
+                reason=action.reason,
+                preemptions=state.preemptions,
+                failures=state.failures,
+            )
+            self.timers.cancel(job_id)
+            return []
+        raise TypeError(f"unknown action {action!r}")
+
+    def _submit(self, state: JobState, action: SubmitAttempt) -> list[ev.Event]:
+        job_id = state.job_id
+        bound = log.bind(job_id=job_id, attempt=action.attempt)
+        request = self._request(job_id)
+
+        def build() -> aiplatform_v1.CustomJob:
+            return build_custom_job(
+                request, action.attempt, resume_from=action.resume_from_uri, on_demand=action.on_demand
+            )
+
+        _crash_point("after-intent")
+        try:
+            submission = self.vertex.ensure_attempt(
+                job_id, action.attempt, build, create=action.create_if_missing
+            )
+        except SubmitRejected as error:
+            bound.error("vertex rejected the job", error=str(error))
+            return [ev.SubmitFailed(action.attempt, str(error), permanent=True)]
+        except gexc.GoogleAPICallError as error:
+            bound.warning("submission failed; will retry", error=str(error))
+            return [ev.SubmitFailed(action.attempt, str(error), permanent=False)]
+        for duplicate in submission.duplicates:
+            bound.warning("second vertex job for one attempt; cancelling it", vertex_job=duplicate)
+            self.vertex.cancel(duplicate)
+        if submission.job is None:
+            return [ev.AttemptNotFound(action.attempt)]
+        if submission.created:
+            _crash_point("after-create")
+            if self.metrics is not None:
+                self.metrics.attempt_submitted()
+            previous = state.attempts[-2] if len(state.attempts) > 1 else None
+            if previous is not None and previous.ended_at is not None and self.metrics is not None:
+                self.metrics.recovered(max(0.0, self.clock() - previous.ended_at))
+            bound.info(
+                "attempt submitted",
+                vertex_job=submission.job.name,
+                resume_from=action.resume_from_uri,
+                on_demand=action.on_demand,
+            )
+        else:
+            bound.info("adopted existing vertex job", vertex_job=submission.job.name)
+        return [ev.AttemptSubmitted(action.attempt, submission.job.name)]
+
+    # ==== views ============================================================================
+    def live_states(self) -> list[JobState]:
+        states = []
+        for record in self.store.list(JOBS_PREFIX):
+            state = JobState.from_dict(record.document["state"])
+            if not state.phase.terminal:
+                states.append(state)
+        return states
+
+    # ==== helpers ==========================================================================
+    def _lock(self, job_id: str) -> threading.RLock:
+        with self._locks_guard:
+            return self._locks.setdefault(job_id, threading.RLock())
+
+    def _request(self, job_id: str) -> JobRequest:
+        request = self._requests.get(job_id)
+        if request is None:
+            record = self.store.get(job_key(job_id))
+            request = parse_request(
+                record.document["request"], allow_local_checkpoints=self.settings.allow_local_checkpoints
+            )
+            self._requests[job_id] = request
+        return request
+
+    def _after_transition(self, old: JobState, new: JobState, now: float) -> None:
+        if self.metrics is None:
+            return
+        if new.preemptions > old.preemptions:
+            for _ in range(new.preemptions - old.preemptions):
+                self.metrics.preempted()
+        if (
+            new.current
+            and new.current.ended
+            and not (old.current and old.current.number == new.current.number and old.current.ended)
+        ):
+            ending = new.current.ending.value
+            if ending not in ("succeeded", "preempted", "cancelled"):
+                self.metrics.failed(ending)
+
+    def _resolve_alerts(self, old: JobState, new: JobState) -> None:
+        """capacity_wait clears once an attempt runs, or when the job ends (nothing waits any
+        more); the sink only publishes it if that alert had fired."""
+        current = new.current
+        if current is None:
+            return
+        started = current.started_at is not None and not (
+            old.current is not None and old.current.number == current.number and old.current.started_at
+        )
+        ended = new.phase.terminal and not old.phase.terminal
+        if started or ended:
+            what = f"attempt {current.number} is running" if started else f"job {new.phase.value}"
+            self.alerts.resolve(
+                "capacity_wait",
+                new.job_id,
+                f"job {new.job_id} no longer waits for capacity: {what}",
+                attempt=current.number,
+            )
+
+    def _export_job_states(self) -> None:
+        if self.metrics is None:
+            return
+        counts: dict[str, int] = {phase.value: 0 for phase in Phase}
+        now = self.clock()
+        for record in self.store.list(JOBS_PREFIX):
+            counts[record.document["state"]["phase"]] += 1
+            ratio = goodput.compute(record.document, now).ratio
+            if ratio is not None:
+                self.metrics.set_goodput(record.document["state"]["job_id"], ratio)
+        self.metrics.set_job_states(counts)
+
+
+def _crash_point(name: str) -> None:
+    """Fault injection for the crash-safety tests: die here, as `kill -9` would.
+
+    `RELAUNCH_FAULT_CRASH_POINT=after-intent` kills the process after the attempt's intent is
+    stored and before CreateCustomJob; `after-create` right after CreateCustomJob returned and
+    before its result is stored. Unset in production.
+    """
+    if os.environ.get("RELAUNCH_FAULT_CRASH_POINT") == name:
+        log.warning("fault injection: crashing", crash_point=name)
+        os.kill(os.getpid(), signal.SIGKILL)

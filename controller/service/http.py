@@ -1,0 +1,312 @@
+"""The daemon's HTTP server: health probes, metrics, job status and the Pub/Sub push endpoint.
+
+Stdlib `ThreadingHTTPServer` on a background thread; one thread per connection is plenty for
+probes, scrapes and pushes. The engine sits behind the `ControllerApp` protocol, so this module
+knows nothing of how jobs are stored or run.
+
+Push acknowledgement rule: 2xx acknowledges, anything else makes Pub/Sub redeliver. Requests the
+engine has durably recorded (including invalid and conflicting ones, which it dead-letters itself)
+are acknowledged with 204; only an exception from the engine (state store down, ...) answers 500,
+because then nothing was recorded and a redelivery can succeed.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import threading
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Protocol
+from urllib.parse import unquote, urlsplit
+
+from controller import logs
+from controller.service.intake import IntakeResult
+from controller.service.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from controller.service.metrics import Metrics
+from controller.service.push_auth import PushAuthError, PushVerifier
+
+PUSH_PATH = "/pubsub/push"
+JOBS_PATH = "/v1/jobs"
+# A Pub/Sub message is at most 10 MB; base64 and the envelope add about a third.
+MAX_PUSH_BODY_BYTES = 16 * 1024 * 1024
+# A client that stops sending mid-request must not hold a server thread forever.
+SOCKET_TIMEOUT_SECONDS = 60
+# How soon serve_forever notices stop(); short so shutdown (and each test) does not wait 0.5 s.
+_SHUTDOWN_POLL_SECONDS = 0.05
+
+_log = logs.get("relaunch.http")
+
+
+class ControllerApp(Protocol):
+    """What the HTTP server needs from the controller engine."""
+
+    def accept_request(self, data: bytes, attributes: dict[str, str]) -> IntakeResult:
+        """Record one job request; never raises for bad input, may raise for infrastructure."""
+
+    def job_document(self, job_id: str) -> dict | None: ...
+
+    def list_job_documents(self) -> list[dict]: ...
+
+    def is_alive(self) -> bool: ...
+
+    def is_ready(self) -> tuple[bool, str]: ...
+
+
+class MalformedEnvelope(ValueError):
+    """The push body is not a Pub/Sub push envelope."""
+
+
+def decode_push_envelope(body: bytes) -> tuple[bytes, dict[str, str], str | None]:
+    """(data, attributes, message id) of a push envelope: {"message": {"data": b64, ...}, ...}.
+
+    A message may carry attributes only (no `data`), so absent data decodes to b"".
+    """
+    try:
+        envelope = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise MalformedEnvelope(f"body is not JSON: {error}") from error
+    if not isinstance(envelope, dict) or not isinstance(envelope.get("message"), dict):
+        raise MalformedEnvelope("envelope has no message object")
+    message = envelope["message"]
+    encoded = message.get("data", "")
+    if not isinstance(encoded, str):
+        raise MalformedEnvelope("message.data is not a string")
+    try:
+        data = base64.b64decode(encoded, validate=True)
+    except (binascii.Error, ValueError) as error:
+        raise MalformedEnvelope(f"message.data is not base64: {error}") from error
+    attributes = message.get("attributes") or {}
+    if not isinstance(attributes, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in attributes.items()
+    ):
+        raise MalformedEnvelope("message.attributes is not a string map")
+    message_id = message.get("messageId") or message.get("message_id")
+    return data, dict(attributes), message_id if isinstance(message_id, str) else None
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, address, app: ControllerApp, metrics: Metrics, verifier: PushVerifier | None):
+        self.app, self.metrics, self.verifier = app, metrics, verifier
+        super().__init__(address, _Handler)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+    protocol_version = "HTTP/1.1"  # keep-alive for Pub/Sub's push connections
+    timeout = SOCKET_TIMEOUT_SECONDS
+    server_version = "relaunch"
+
+    # --- dispatch ------------------------------------------------------------------------------
+    def do_GET(self) -> None:
+        self._dispatch("GET")
+
+    def do_POST(self) -> None:
+        self._dispatch("POST")
+
+    def _dispatch(self, method: str) -> None:
+        path = urlsplit(self.path).path
+        self._body_read = False
+        try:
+            route = self._route(method, path)
+            if route is None:
+                return
+            route()
+        except Exception:  # a bug in one request must not take the server down
+            _log.exception("request handler failed", method=method, path=path)
+            self.close_connection = True
+            try:
+                self._json(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": "internal error"})
+            except OSError:
+                pass  # the client is gone or the response was already started
+
+    def _route(self, method: str, path: str):
+        get_routes = {
+            "/healthz": self._healthz,
+            "/readyz": self._readyz,
+            "/metrics": self._metrics,
+            JOBS_PATH: self._list_jobs,
+        }
+        if path in get_routes or path.startswith(JOBS_PATH + "/"):
+            if method != "GET":
+                return self._not_allowed("GET")
+            if path.startswith(JOBS_PATH + "/"):
+                return lambda: self._get_job(unquote(path[len(JOBS_PATH) + 1 :]))
+            return get_routes[path]
+        if path == PUSH_PATH and self.server.verifier is not None:
+            return self._push if method == "POST" else self._not_allowed("POST")
+        self._json(HTTPStatus.NOT_FOUND, {"error": f"no route for {path}"})
+        return None
+
+    def _not_allowed(self, allowed: str):
+        return lambda: self._json(
+            HTTPStatus.METHOD_NOT_ALLOWED, {"error": f"use {allowed}"}, extra_headers={"Allow": allowed}
+        )
+
+    # --- routes --------------------------------------------------------------------------------
+    def _healthz(self) -> None:
+        try:
+            alive = bool(self.server.app.is_alive())
+        except Exception as error:  # an engine that cannot answer is not alive
+            _log.error("liveness check raised", error=repr(error))
+            alive = False
+        self._text(HTTPStatus.OK if alive else HTTPStatus.SERVICE_UNAVAILABLE, "ok" if alive else "not alive")
+
+    def _readyz(self) -> None:
+        try:
+            ready, why = self.server.app.is_ready()
+        except Exception as error:
+            ready, why = False, f"readiness check raised {error!r}"
+        if ready:
+            self._text(HTTPStatus.OK, f"ready: {why}")
+        else:
+            self._text(HTTPStatus.SERVICE_UNAVAILABLE, f"not ready: {why}")
+
+    def _metrics(self) -> None:
+        self._send(HTTPStatus.OK, self.server.metrics.render(), METRICS_CONTENT_TYPE)
+
+    def _list_jobs(self) -> None:
+        self._json(HTTPStatus.OK, self.server.app.list_job_documents())
+
+    def _get_job(self, job_id: str) -> None:
+        document = self.server.app.job_document(job_id) if job_id else None
+        if document is None:
+            self._json(HTTPStatus.NOT_FOUND, {"error": "job not found", "jobId": job_id})
+        else:
+            self._json(HTTPStatus.OK, document)
+
+    def _push(self) -> None:
+        try:
+            self.server.verifier.verify(self.headers.get("Authorization"))
+        except PushAuthError as refusal:
+            _log.warning(
+                "push refused", status=refusal.status, reason=refusal.reason, client=self.client_address[0]
+            )
+            self._json(refusal.status, {"error": refusal.reason})
+            return
+        try:
+            data, attributes, message_id = decode_push_envelope(self._read_body())
+        except MalformedEnvelope as error:
+            _log.warning("malformed push envelope", reason=str(error))
+            self._json(HTTPStatus.BAD_REQUEST, {"error": str(error)})
+            return
+        try:
+            result = self.server.app.accept_request(data, attributes)
+        except Exception:
+            # Nothing was recorded: answer non-2xx so Pub/Sub delivers the request again.
+            _log.exception("request intake failed; push not acknowledged", message_id=message_id)
+            self._json(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": "request intake failed"})
+            return
+        level = _log.info if result.status in ("accepted", "duplicate", "cancel") else _log.warning
+        level(
+            "push request handled",
+            job_id=result.job_id,
+            outcome=result.status,
+            reason=result.reason,
+            message_id=message_id,
+        )
+        self._send(HTTPStatus.NO_CONTENT, b"", None)
+
+    def _read_body(self) -> bytes:
+        length_header = self.headers.get("Content-Length")
+        if self.headers.get("Transfer-Encoding") or length_header is None:
+            self.close_connection = True
+            raise MalformedEnvelope("push body needs a Content-Length")
+        try:
+            length = int(length_header)
+        except ValueError:
+            self.close_connection = True
+            raise MalformedEnvelope("bad Content-Length") from None
+        if not 0 <= length <= MAX_PUSH_BODY_BYTES:
+            self.close_connection = True
+            raise MalformedEnvelope(f"push body of {length} bytes is out of bounds")
+        body = self.rfile.read(length)
+        self._body_read = True
+        return body
+
+    # --- responses -----------------------------------------------------------------------------
+    def _json(self, status: int, document: Any, extra_headers: dict[str, str] | None = None) -> None:
+        body = json.dumps(document, default=str, separators=(",", ":")).encode()
+        self._send(status, body, "application/json", extra_headers)
+
+    def _text(self, status: int, text: str) -> None:
+        self._send(status, text.encode() + b"\n", "text/plain; charset=utf-8")
+
+    def _send(
+        self, status: int, body: bytes, content_type: str | None, extra_headers: dict[str, str] | None = None
+    ) -> None:
+        if self.command == "POST" and not self._body_read:
+            # An unread body would be parsed as the next request: end the connection instead.
+            self.close_connection = True
+        self.send_response(status)
+        if content_type and status != HTTPStatus.NO_CONTENT:
+            self.send_header("Content-Type", content_type)
+        for name, value in (extra_headers or {}).items():
+            self.send_header(name, value)
+        if status != HTTPStatus.NO_CONTENT:
+            self.send_header("Content-Length", str(len(body)))
+        if self.close_connection:
+            self.send_header("Connection", "close")
+        self.end_headers()
+        if status != HTTPStatus.NO_CONTENT:
+            self.wfile.write(body)
+
+    def log_message(self, format: str, *args) -> None:
+        # Access lines at debug: probes every few seconds would drown the job logs.
+        _log.debug("http request", line=format % args, client=self.client_address[0])
+
+
+class HttpServer:
+    """The running server: `start()` serves on a daemon thread, `stop()` closes the socket."""
+
+    def __init__(self, server: _Server):
+        self._server = server
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        return self._server.server_address[1]
+
+    @property
+    def host(self) -> str:
+        return self._server.server_address[0]
+
+    def start(self) -> HttpServer:
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._server.serve_forever,
+                args=(_SHUTDOWN_POLL_SECONDS,),
+                name="relaunch-http",
+                daemon=True,
+            )
+            self._thread.start()
+            _log.info(
+                "http server listening",
+                host=self.host,
+                port=self.port,
+                push_enabled=self._server.verifier is not None,
+            )
+        return self
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self._server.shutdown()
+            self._thread.join(timeout=5)
+            self._thread = None
+        self._server.server_close()
+
+    def __enter__(self) -> HttpServer:
+        return self.start()
+
+    def __exit__(self, *exc_info) -> None:
+        self.stop()
+
+
+def make_server(
+    host: str, port: int, app: ControllerApp, metrics: Metrics, verifier: PushVerifier | None
+) -> HttpServer:
+    """Bind (port 0 = any free port) without serving yet; `verifier=None` disables push (404)."""
+    return HttpServer(_Server((host, port), app, metrics, verifier))

@@ -1,0 +1,140 @@
+"""Accepting requests: parse, validate and durably record one job or cancel request.
+
+The intake is the only writer of new job records. It returns once the effect is stored, so the
+caller (a Pub/Sub callback, or the push endpoint) may ack; bad input is recorded under
+`rejected/`, copied to the dead-letter topic with its reason and alerted, and reported as
+`invalid` / `conflict`. Only infrastructure trouble (the state store is down) raises, so the
+caller does not ack. A recorded job is handed to the engine, which submits it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+from controller import logs
+from controller.core import events as ev
+from controller.core.decide import new_job
+from controller.readmodel.jobs import entry
+from controller.request import CancelRequest, RequestInvalid, parse_request
+from controller.store import AlreadyExists
+from controller.store.keys import job_key, rejected_key
+
+if TYPE_CHECKING:  # the engine (and its Vertex client) is not needed to name a result
+    from controller.service.engine import Engine
+
+log = logs.get("relaunch.intake")
+
+IntakeStatus = Literal["accepted", "duplicate", "conflict", "invalid", "cancel"]
+INTAKE_STATUSES: frozenset[str] = frozenset({"accepted", "duplicate", "conflict", "invalid", "cancel"})
+
+# How much of a rejected message the store keeps (the whole message goes to the dead-letter topic).
+STORED_PAYLOAD_BYTES = 65536
+
+
+@dataclass(frozen=True)
+class IntakeResult:
+    # accepted: new job recorded; duplicate: same request seen before (no-op);
+    # conflict: same jobId, different spec (recorded, dead-lettered); invalid: unparseable or
+    # failed validation (recorded, dead-lettered); cancel: a cancel request was recorded.
+    status: IntakeStatus
+    job_id: str | None = None
+    reason: str = ""
+
+    def __post_init__(self) -> None:
+        if self.status not in INTAKE_STATUSES:
+            raise ValueError(f"unknown intake status {self.status!r}")
+
+
+class Intake:
+    def __init__(self, engine: Engine, *, dead_letter: Callable[[bytes, str], None] | None = None):
+        self.engine = engine
+        self.store = engine.store
+        self._dead_letter = dead_letter
+
+    def accept(self, data: bytes, attributes: dict[str, str] | None = None) -> IntakeResult:
+        settings = self.engine.settings
+        try:
+            request = parse_request(data, allow_local_checkpoints=settings.allow_local_checkpoints)
+        except RequestInvalid as error:
+            reason = "; ".join(str(p) for p in error.problems)
+            return self._reject(data, "invalid", reason, _guess_job_id(data))
+
+        if isinstance(request, CancelRequest):
+            if self.store.get(job_key(request.job_id)) is None:
+                return self._reject(
+                    data, "invalid", f"jobId: no job {request.job_id!r} to cancel", request.job_id
+                )
+            self.engine.apply(request.job_id, ev.CancelRequested())
+            return IntakeResult("cancel", request.job_id, "cancel requested")
+
+        fingerprint = request.fingerprint()
+        existing = self.store.get(job_key(request.job_id))
+        if existing is None:
+            now = self.engine.clock()
+            state = new_job(request.job_id, request.restart_policy, now)
+            document = {
+                "request": request.to_json(),
+                "fingerprint": fingerprint,
+                "state": state.to_dict(),
+                "timeline": [entry(now, 0, "request accepted")],
+            }
+            try:
+                self.store.create(job_key(request.job_id), document, fence=self.engine.fence())
+            except AlreadyExists:
+                existing = self.store.get(job_key(request.job_id))
+            else:
+                self.engine.remember_request(request)
+                log.info("job accepted", job_id=request.job_id, attempt=0)
+                self.engine.timers.schedule(request.job_id, now)  # the engine submits attempt 1
+                return IntakeResult("accepted", request.job_id, "accepted")
+        if existing is not None and existing.document.get("fingerprint") == fingerprint:
+            return IntakeResult("duplicate", request.job_id, "already accepted; nothing to do")
+        return self._reject(
+            data,
+            "conflict",
+            f"jobId: {request.job_id!r} already exists with a different request body; "
+            "use a new jobId to run a different job",
+            request.job_id,
+        )
+
+    def _reject(self, data: bytes, status: IntakeStatus, reason: str, job_id: str | None) -> IntakeResult:
+        engine = self.engine
+        digest = hashlib.sha256(data).hexdigest()[:24]
+        record = {
+            "time": engine.clock(),
+            "status": status,
+            "reason": reason,
+            "jobId": job_id,
+            "payload": data[:STORED_PAYLOAD_BYTES].decode("utf-8", errors="replace"),
+        }
+        try:
+            self.store.create(rejected_key(digest), record, fence=engine.fence())
+        except AlreadyExists:
+            pass  # the same bad message again: already recorded and alerted
+        else:
+            if self._dead_letter is not None:
+                self._dead_letter(data, reason)
+            engine.alerts.raise_alert(
+                "request_rejected",
+                "WARNING",
+                f"request rejected ({status}): {reason}",
+                job_id=job_id,
+                details={"reason": reason, "status": status},
+            )
+            if engine.metrics is not None:
+                engine.metrics.rejected(status)
+        log.warning("request rejected", job_id=job_id, attempt=None, status=status, reason=reason)
+        return IntakeResult(status, job_id, reason)
+
+
+def _guess_job_id(data: bytes) -> str | None:
+    """The jobId of a request that failed validation, when one can be read, for the alert."""
+    try:
+        value = json.loads(data).get("jobId")
+    except Exception:  # anything unreadable simply has no job id to report
+        return None
+    return value if isinstance(value, str) and len(value) <= 63 else None

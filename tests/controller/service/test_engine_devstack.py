@@ -1,0 +1,196 @@
+"""The controller engine against devstack, through the real Google clients.
+
+No mocks: the engine talks gRPC to the Vertex stand-in (which runs `fake_trainer.py` replicas as
+real processes), JSON-API to the GCS stand-in, and gRPC to the Pub/Sub stand-in for alerts.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+from google.auth.credentials import AnonymousCredentials
+from google.cloud import aiplatform_v1, storage
+
+from controller.adapters.pubsub import vertex_job_id_from_log_entry
+from tests.support.engine import (
+    PROJECT,
+    accept,
+    drive,
+    job_document,
+    read_alerts,
+    request,
+    terminal,
+    vertex_jobs_for,
+)
+
+
+def test_a_request_becomes_exactly_one_spot_job_that_succeeds(devstack, bucket, make_engine):
+    engine = make_engine()
+    result = accept(engine, request("ok-1", bucket, args=["--steps", "3"], replicas=2), {})
+    assert result.status == "accepted"
+    doc = drive(engine, "ok-1", terminal)
+    assert doc["phase"] == "succeeded" and doc["attempt"] == 1
+
+    (job,) = vertex_jobs_for(devstack, "ok-1")
+    assert dict(job.labels) == {"relaunch-job": "ok-1", "relaunch-attempt": "1", "managed-by": "relaunch"}
+    spec = job.job_spec
+    assert spec.scheduling.strategy == aiplatform_v1.Scheduling.Strategy.SPOT
+    assert [p.replica_count for p in spec.worker_pool_specs] == [1, 1]
+    env = {e.name: e.value for e in spec.worker_pool_specs[0].container_spec.env}
+    assert env["RELAUNCH_JOB_ID"] == "ok-1" and env["RELAUNCH_ATTEMPT"] == "1"
+    assert env["RELAUNCH_CHECKPOINT_URI"] == f"gs://{bucket}/ok-1" and env["RELAUNCH_RESUME_FROM"] == ""
+
+
+def test_preemption_resubmits_from_the_latest_committed_checkpoint(devstack, bucket, make_engine):
+    engine = make_engine()
+    accept(
+        engine,
+        request(
+            "pre-1",
+            bucket,
+            args=["--steps", "80", "--every", "5"],
+            policy={"maxFailures": 0, "backoff": {"initialSeconds": 0.3, "maxSeconds": 0.5}},
+        ),
+        {},
+    )
+    doc = drive(engine, "pre-1", lambda d: d["phase"] == "running" and (d["latestCheckpointStep"] or 0) >= 10)
+    first = doc["attempts"][0]["vertexJob"]
+    assert devstack.vertex.preempt(first, grace_seconds=5)
+
+    doc = drive(engine, "pre-1", lambda d: d["attempt"] == 2 and d["attempts"][1]["vertexJob"])
+    ended, second = doc["attempts"]
+    assert ended["ending"] == "preempted" and ended["rule"] == "exit-record-preempted"
+    assert doc["preemptions"] == 1 and doc["failures"] == 0
+    # The new attempt resumes from the newest checkpoint that had a commit marker when it ended.
+    assert second["resumeFromStep"] == ended["checkpointStepAtEnd"] >= 10
+    assert doc["latestCheckpointUri"].endswith(f"step-{second['resumeFromStep']:010d}")
+    assert second["requestedAt"] - ended["endedAt"] >= 0.3 * 0.8  # backoff was respected
+
+    doc = drive(engine, "pre-1", terminal)
+    assert doc["phase"] == "succeeded"
+    client = storage.Client(project=PROJECT, credentials=AnonymousCredentials())
+    start = json.loads(client.bucket(bucket).blob("pre-1/starts/attempt-0002.json").download_as_bytes())
+    assert start["step"] == second["resumeFromStep"]  # the trainer really got that location
+
+
+def test_user_errors_spend_the_failure_budget_then_fail_with_an_alert(
+    devstack, bucket, make_engine, alerts_topic
+):
+    engine = make_engine()
+    accept(
+        engine,
+        request(
+            "bad-1",
+            bucket,
+            args=["--fail-with", "1", "--fail-at", "1"],
+            policy={
+                "maxFailures": 1,
+                "crashLoopAttempts": 5,
+                "backoff": {"initialSeconds": 0.2, "maxSeconds": 0.3},
+            },
+        ),
+        {},
+    )
+    doc = drive(engine, "bad-1", terminal)
+    assert doc["phase"] == "failed" and doc["failures"] == 2 and doc["preemptions"] == 0
+    assert [a["ending"] for a in doc["attempts"]] == ["user_error", "user_error"]
+    assert "failure budget exhausted" in doc["terminalReason"]
+    alerts = [a for a in read_alerts(alerts_topic[1], want=1) if a["kind"] == "job_failed"]
+    assert alerts and alerts[0]["jobId"] == "bad-1" and alerts[0]["severity"] == "ERROR"
+
+
+def test_stockout_is_retried_with_backoff_until_capacity_returns(devstack, bucket, make_engine):
+    engine = make_engine()
+    devstack.vertex.set_stockout(fail=True)
+    try:
+        accept(
+            engine,
+            request(
+                "stock-1",
+                bucket,
+                args=["--steps", "2"],
+                policy={"maxFailures": 10, "backoff": {"initialSeconds": 0.2, "maxSeconds": 0.4}},
+            ),
+            {},
+        )
+        doc = drive(engine, "stock-1", lambda d: d["failures"] >= 2)
+        assert {a["rule"] for a in doc["attempts"] if a["ending"]} == {"capacity"}
+        assert doc["phase"] in ("backing_off", "submitting", "queued")
+    finally:
+        devstack.vertex.set_stockout()
+    doc = drive(engine, "stock-1", terminal)
+    assert doc["phase"] == "succeeded"
+
+
+def test_duplicate_requests_and_duplicated_reordered_events_make_one_job(devstack, bucket, make_engine):
+    engine = make_engine()
+    body = request("dup-1", bucket, args=["--steps", "3"])
+    statuses = [accept(engine, body).status for _ in range(3)]
+    assert statuses == ["accepted", "duplicate", "duplicate"]
+    other = request("dup-1", bucket, args=["--steps", "4"])
+    assert accept(engine, other, {}).status == "conflict"
+
+    def deliver_events_twice_reversed():
+        mine = {j.name.rsplit("/", 1)[1] for j in vertex_jobs_for(devstack, "dup-1")}
+        entries = [e for e in list(devstack.entries) if e["resource"]["labels"]["job_id"] in mine]
+        for entry in list(reversed(entries)) * 2:
+            engine.on_hint(vertex_job_id_from_log_entry(json.dumps(entry).encode()))
+
+    doc = drive(engine, "dup-1", terminal, reconcile=False, hints=deliver_events_twice_reversed)
+    assert doc["phase"] == "succeeded" and doc["attempt"] == 1
+    assert len(vertex_jobs_for(devstack, "dup-1")) == 1
+
+
+def test_lost_events_still_recover_within_one_reconcile_period(devstack, bucket, make_engine):
+    engine = make_engine(reconcile_seconds=1)
+    accept(
+        engine,
+        request(
+            "lost-1",
+            bucket,
+            args=["--steps", "400", "--every", "5"],
+            policy={"backoff": {"initialSeconds": 0.01, "maxSeconds": 0.01, "jitter": 0}},
+        ),
+        {},
+    )
+    doc = drive(engine, "lost-1", lambda d: d["phase"] == "running")
+    devstack.vertex.preempt(doc["attempts"][0]["vertexJob"], grace_seconds=5)
+    devstack.vertex.wait_for_state(
+        doc["attempts"][0]["vertexJob"], {aiplatform_v1.JobState.JOB_STATE_FAILED}, timeout=30
+    )
+    ended_seen_at = time.time()
+    # No event is delivered at all: only the periodic reconcile (every 1 s here) notices.
+    deadline = time.monotonic() + 10
+    next_pass = 0.0
+    while time.monotonic() < deadline:
+        if time.monotonic() >= next_pass:
+            engine.reconcile()
+            next_pass = time.monotonic() + 1.0
+        engine.fire_due_timers()
+        doc = job_document(engine, "lost-1")
+        if doc["attempt"] == 2 and doc["attempts"][1]["submittedAt"]:
+            break
+        engine.timers.wait(0.05)
+    assert doc["attempt"] == 2 and doc["attempts"][1]["submittedAt"], doc
+    assert doc["attempts"][1]["submittedAt"] - ended_seen_at < 1.0 + 2.0  # one period + slack
+    engine.apply("lost-1", __import__("controller.core.events", fromlist=["x"]).CancelRequested())
+    doc = drive(engine, "lost-1", terminal)
+    assert doc["phase"] == "cancelled"
+
+
+def test_metrics_export_job_states_and_goodput(devstack, bucket, make_engine):
+    from controller.service.metrics import Metrics
+
+    engine = make_engine()
+    engine.metrics = Metrics()
+    accept(engine, request("met-1", bucket, args=["--steps", "3"]), {})
+    drive(engine, "met-1", terminal)
+    engine.reconcile()
+    text = engine.metrics.render().decode()
+    assert 'relaunch_jobs{state="succeeded"} 1.0' in text
+    assert "relaunch_attempts_total 1.0" in text
+    goodput_line = next(
+        line for line in text.splitlines() if line.startswith('relaunch_goodput_ratio{job_id="met-1"}')
+    )
+    assert 0.0 < float(goodput_line.split()[-1]) <= 1.0

@@ -1,0 +1,129 @@
+"""GcsStateStore against the GCS stand-in: the shared contract, plus what only GCS adds."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+
+import pytest
+from google.auth.credentials import AnonymousCredentials
+from google.cloud import storage
+
+from controller.store import AlreadyExists, Fenced
+from controller.store.base import StoreError
+from controller.store.factory import open_store
+from controller.store.gcs import GcsStateStore
+from controller.store.sqlite import SqliteStateStore
+from tests.support.gcs import FlakyProxy, gcs_client_with_bucket
+from tests.support.store_contract import StateStoreContract
+
+BUCKET = "relaunch-state"
+_prefixes = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def gcs_client():
+    with gcs_client_with_bucket(BUCKET) as client:
+        yield client
+
+
+@pytest.fixture
+def store(gcs_client):
+    return GcsStateStore(BUCKET, f"test-{next(_prefixes)}/state", client=gcs_client)
+
+
+class TestGcsStateStore(StateStoreContract):
+    pass
+
+
+def test_document_is_one_json_object_carrying_version_and_fence(store, gcs_client):
+    store.create("jobs/demo-gpt", {"phase": "running", "attempt": 2}, fence=3)
+    store.put("jobs/demo-gpt", {"phase": "running", "attempt": 3}, expected_version=1, fence=3)
+    blob = gcs_client.bucket(BUCKET).blob(f"{store._prefix}/jobs/demo-gpt.json")
+    assert json.loads(blob.download_as_bytes()) == {
+        "format": "relaunch-state/v1",
+        "version": 2,
+        "fence": 3,
+        "document": {"phase": "running", "attempt": 3},
+    }
+
+
+def test_a_corrupt_object_is_an_error_not_a_missing_job(store, gcs_client):
+    """Reading garbage as "no such job" could make the controller submit the job again."""
+    gcs_client.bucket(BUCKET).blob(f"{store._prefix}/job-a.json").upload_from_string(b"{trunc")
+    with pytest.raises(StoreError, match="not a state document"):
+        store.get("job-a")
+
+
+def test_fence_survives_across_store_instances(store, gcs_client):
+    """A restarted old leader (new store object, same bucket) is still refused."""
+    version = store.create("job-a", {"by": "new leader"}, fence=7)
+    reopened = GcsStateStore(BUCKET, store._prefix, client=gcs_client)
+    with pytest.raises(Fenced):
+        reopened.put("job-a", {"by": "old leader"}, expected_version=version, fence=6)
+
+
+def test_list_ignores_foreign_objects_and_orders_by_key(store, gcs_client):
+    for key in ("jobs/a-b", "jobs/a", "jobs/a/c"):
+        store.create(key, {"key": key})
+    gcs_client.bucket(BUCKET).blob(f"{store._prefix}/jobs/notes.txt").upload_from_string(b"x")
+    assert [v.key for v in store.list("jobs/")] == ["jobs/a", "jobs/a-b", "jobs/a/c"]
+
+
+def test_open_store_understands_every_documented_url(gcs_client, tmp_path, monkeypatch):
+    assert isinstance(open_store(f"sqlite:///{tmp_path}/abs.db"), SqliteStateStore)
+    monkeypatch.chdir(tmp_path)
+    relative = open_store("sqlite://rel/state.db")
+    relative.create("job", {"n": 1})
+    assert (tmp_path / "rel" / "state.db").exists()
+
+    gcs_store = open_store("gs://relaunch-state/factory/prefix", gcs_client=gcs_client)
+    gcs_store.create("job", {"n": 1})
+    assert gcs_client.bucket(BUCKET).get_blob("factory/prefix/job.json") is not None
+
+    for bad in ("postgres://db/x", "gs:///no-bucket", "sqlite://", "/just/a/path"):
+        with pytest.raises(ValueError, match="state store URL"):
+            open_store(bad)
+
+
+# ---- the retry policy, on the wire --------------------------------------------------------
+
+
+@pytest.fixture
+def flaky_store(gcs_client, monkeypatch):
+    proxy = FlakyProxy(os.environ["STORAGE_EMULATOR_HOST"])
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.url)
+    client = storage.Client(project="relaunch-dev", credentials=AnonymousCredentials())
+    yield GcsStateStore(BUCKET, f"flaky-{next(_prefixes)}", client=client), proxy
+    proxy.stop()
+
+
+def test_server_errors_are_retried_until_the_write_lands(flaky_store):
+    store, proxy = flaky_store
+    proxy.fail_next(2)
+    assert store.create("job-a", {"n": 1}) == 1
+    assert store.get("job-a").document == {"n": 1}
+    assert [status for _, status in proxy.requests[:3]] == [503, 503, 200]
+
+
+def test_a_write_whose_reply_was_lost_is_recognised_as_ours(flaky_store):
+    """The create reached GCS but the client saw 503; its retry meets 412 and must not report
+    AlreadyExists for the document it wrote itself."""
+    store, proxy = flaky_store
+    proxy.fail_next(1, after_forwarding=True)
+    assert store.create("job-a", {"n": 1}) == 1
+    assert proxy.requests[:3] == [("POST", 503), ("POST", 412), ("GET", 200)]
+    version = store.put("job-a", {"n": 2}, expected_version=1)
+    proxy.fail_next(1, after_forwarding=True)
+    assert store.put("job-a", {"n": 3}, expected_version=version) == version + 1
+    assert store.get("job-a").document == {"n": 3}
+
+
+def test_a_precondition_failure_is_answered_once_not_retried(flaky_store):
+    store, proxy = flaky_store
+    store.create("job-a", {"n": 1})
+    proxy.requests.clear()
+    with pytest.raises(AlreadyExists):
+        store.create("job-a", {"n": 2})
+    assert proxy.requests == [("POST", 412)]
