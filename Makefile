@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e '.[trainer,devstack,dev]'
+	$(BIN)/pip install --quiet -e '.[trainer,devstack,report,dev]'
 	touch $(STAMP)
 
 demo: $(STAMP)

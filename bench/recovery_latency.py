@@ -109,8 +109,8 @@ def main() -> int:
         topic = f"projects/{env['GOOGLE_CLOUD_PROJECT']}/topics/relaunch-requests"
         pubsub_v1.PublisherClient().publish(topic, json.dumps(request).encode()).result(timeout=30)
 
-        from controller.settings import Settings
         from controller.adapters.vertex import VertexBackend
+        from controller.settings import Settings
 
         backend = VertexBackend(Settings())
         latencies = []

@@ -12,7 +12,6 @@ Every engine offers the same small surface to the loop and the checkpointer:
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any, Protocol
 
 import torch
@@ -37,36 +36,3 @@ def build_engine(cfg, model: torch.nn.Module, device: torch.device) -> Engine:
     from trainer.engines.deepspeed import DeepSpeedEngine
 
     return DeepSpeedEngine(cfg, model, device)
-
-
-def make_optimizer(cfg, model: torch.nn.Module) -> torch.optim.Optimizer:
-    return torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.01)
-
-
-def make_scheduler(cfg, optimizer: torch.optim.Optimizer):
-    """Linear warm-up, then constant: simple, and its state is just the step counter."""
-    warmup = cfg.warmup_steps
-
-    def factor(step: int) -> float:
-        return min(1.0, (step + 1) / warmup) if warmup else 1.0
-
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
-
-
-def cpu_copy(obj):
-    """Deep copy with every tensor cloned to CPU, so the training loop can keep mutating its state."""
-    if isinstance(obj, torch.Tensor):
-        return obj.detach().to("cpu", copy=True)
-    if isinstance(obj, dict):
-        return {k: cpu_copy(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(cpu_copy(v) for v in obj)
-    return obj
-
-
-def digest_parameters(named_parameters) -> str:
-    digest = hashlib.sha256()
-    for name, param in named_parameters:
-        digest.update(name.encode())
-        digest.update(param.detach().to("cpu").contiguous().view(torch.uint8).numpy().tobytes())
-    return digest.hexdigest()

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from trainer.engines import cpu_copy, digest_parameters, make_optimizer, make_scheduler
+from trainer.engines.common import cpu_copy, digest_parameters, make_optimizer, make_scheduler
 
 STATE_FILE = "model.pt"
 

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from trainer.config import ConfigError
-from trainer.engines import digest_parameters, make_optimizer, make_scheduler
+from trainer.engines.common import digest_parameters, make_optimizer, make_scheduler
 
 SUBDIR = "deepspeed"
 

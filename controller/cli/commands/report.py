@@ -45,7 +45,12 @@ def _run(args: argparse.Namespace) -> int:
     result = compute(document, now)
     print(f"{args.job_id}: {result.summary()}")
     if args.png:
-        from controller.cli.report_png import draw
+        try:
+            from controller.cli.report_png import draw
+        except ModuleNotFoundError as error:  # matplotlib is an optional extra
+            raise view.CommandError(
+                f"--png needs matplotlib ({error}); install it with: pip install 'relaunch[report]'", 1
+            ) from error
 
         draw(
             status_document(document, with_timeline=False),

@@ -1,0 +1,79 @@
+"""Random walks through the decision core that record every phase transition they see.
+
+The walks favour events about the job's current attempt (what the shell mostly delivers), mixed
+with stale, duplicated and foreign ones, so that a few thousand walks reach every phase.
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+
+from controller.core import events as ev
+from controller.core.decide import CoreConfig, decide, new_job
+from controller.core.policy import Backoff, RestartPolicy
+from tests.support.core_driver import PREEMPTED, STOCKOUT, USER_ERROR, vname
+
+ENDINGS = (
+    ("SUCCEEDED", 0, "", None),
+    ("FAILED", 14, PREEMPTED, None),
+    ("FAILED", 3, USER_ERROR, None),
+    ("FAILED", 3, USER_ERROR, "preempted"),
+    ("FAILED", 8, STOCKOUT, None),
+    ("FAILED", 4, "Job exceeded its timeout of 60s.", None),
+    ("FAILED", 3, "exited with a non-zero status of 64.", "config_error"),
+    ("CANCELLED", 1, "CANCELED", None),
+)
+LIVE = ("QUEUED", "PENDING", "RUNNING", "CANCELLING")
+
+
+def random_event(rng: random.Random, current: int) -> ev.Event:
+    attempt = current if current and rng.random() < 0.8 else rng.randint(1, max(1, current + 1))
+    name = vname(attempt) + ("-dup" if rng.random() < 0.1 else "")
+    kind = rng.randrange(10)
+    if kind == 0:
+        return ev.RequestAccepted()
+    if kind == 1:
+        return ev.AttemptSubmitted(attempt, name)
+    if kind == 2:
+        return ev.AttemptNotFound(attempt)
+    if kind == 3:
+        return ev.SubmitFailed(attempt, "boom", rng.random() < 0.3)
+    if kind == 4:
+        return ev.VertexObserved(attempt, name, rng.choice(LIVE))
+    if kind == 5:
+        state, code, message, exit_reason = rng.choice(ENDINGS)
+        return ev.VertexObserved(attempt, name, state, code, message, exit_reason=exit_reason)
+    if kind == 6:
+        return ev.VertexJobMissing(attempt, name)
+    if kind == 7:
+        step = rng.randint(0, 500)
+        return ev.CheckpointObserved(step, f"gs://b/c/step-{step}")
+    if kind == 8:
+        return ev.TimerFired()
+    return ev.CancelRequested() if rng.random() < 0.3 else ev.TimerFired()
+
+
+@functools.cache
+def observed_transitions(walks: int = 3000, steps: int = 40, seed: int = 7) -> set[tuple[str, str, str]]:
+    """(from phase, event class name, to phase) for every event that changed the phase."""
+    rng = random.Random(seed)
+    seen: set[tuple[str, str, str]] = set()
+    for _ in range(walks):
+        policy = RestartPolicy(
+            max_failures=rng.randint(0, 3),
+            max_preemptions=rng.choice([None, 1, 3]),
+            backoff=Backoff(initial_seconds=10, multiplier=2, max_seconds=100, jitter=0.2),
+            crash_loop_attempts=rng.randint(1, 3),
+        )
+        state = new_job("walk", policy, 0.0)
+        now = 0.0
+        for _ in range(steps):
+            current = state.current.number if state.current else 0
+            event = random_event(rng, current)
+            now += rng.choice((1.0, 30.0, 200.0))
+            decision = decide(state, event, now, rng, CoreConfig())
+            if decision.state.phase != state.phase:
+                seen.add((state.phase.value, type(event).__name__, decision.state.phase.value))
+            state = decision.state
+    return seen
