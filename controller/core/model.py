@@ -12,7 +12,7 @@ from enum import Enum
 from typing import Any
 
 from controller.core.classify import Ending
-from controller.core.policy import Backoff, RestartPolicy
+from controller.core.policy import RestartPolicy
 
 
 class Phase(str, Enum):
@@ -116,8 +116,7 @@ class JobState:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> JobState:
-        policy_data = dict(data["policy"])
-        policy = RestartPolicy(**{**policy_data, "backoff": Backoff(**policy_data["backoff"])})
+        policy = RestartPolicy.from_dict(data["policy"])
         attempts = tuple(
             Attempt(**{**a, "ending": Ending(a["ending"]) if a.get("ending") else None})
             for a in data.get("attempts", ())

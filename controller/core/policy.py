@@ -1,13 +1,16 @@
 """Restart policy: how many failures a job may spend, and how long to wait between attempts.
 
-Pure data and arithmetic. The request schema (`controller/request.py`) builds these objects from
-the user's `restartPolicy`; the decision core reads them.
+Pure data and arithmetic. The request schema (`controller/request/fields.py`) builds these objects
+from the user's `restartPolicy`; the decision core reads them. The two serialised forms live here
+and nowhere else: `to_dict`/`from_dict` (snake_case, inside the stored job state) and
+`to_request_json` (camelCase, the canonical request the fingerprint is taken of).
 """
 
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -54,3 +57,26 @@ class RestartPolicy:
     backoff: Backoff = field(default_factory=Backoff)
     crash_loop_attempts: int = 3
     on_demand_after_preemptions: int | None = None
+
+    # --- the two serialised forms ----------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RestartPolicy:
+        return cls(**{**data, "backoff": Backoff(**data["backoff"])})
+
+    def to_request_json(self) -> dict[str, Any]:
+        backoff = self.backoff
+        return {
+            "maxFailures": self.max_failures,
+            "maxPreemptions": self.max_preemptions,
+            "backoff": {
+                "initialSeconds": float(backoff.initial_seconds),
+                "multiplier": float(backoff.multiplier),
+                "maxSeconds": float(backoff.max_seconds),
+                "jitter": float(backoff.jitter),
+            },
+            "crashLoopAttempts": self.crash_loop_attempts,
+            "onDemandAfterPreemptions": self.on_demand_after_preemptions,
+        }

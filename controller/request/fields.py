@@ -18,7 +18,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from controller.core.policy import Backoff, RestartPolicy
+from controller.core.policy import RestartPolicy
 from controller.request import labels as label_rules
 from controller.request.limits import JOB_ID_PATTERN, JOB_ID_RE, MAX_DISPLAY_NAME_LENGTH
 from controller.request.problems import Problem, format_path, short_repr
@@ -125,19 +125,8 @@ class RestartPolicyModel(_Strict):
     )
 
     def to_policy(self) -> RestartPolicy:
-        backoff = self.backoff
-        return RestartPolicy(
-            max_failures=self.max_failures,
-            max_preemptions=self.max_preemptions,
-            backoff=Backoff(
-                initial_seconds=float(backoff.initial_seconds),
-                multiplier=float(backoff.multiplier),
-                max_seconds=float(backoff.max_seconds),
-                jitter=float(backoff.jitter),
-            ),
-            crash_loop_attempts=self.crash_loop_attempts,
-            on_demand_after_preemptions=self.on_demand_after_preemptions,
-        )
+        # The model's fields are the policy's fields, so the snake_case dump is its stored form.
+        return RestartPolicy.from_dict(self.model_dump())
 
 
 class CheckpointModel(_Strict):

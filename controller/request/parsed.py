@@ -17,7 +17,6 @@ from controller.request.fields import (
     CancelRequestModel,
     JobRequestModel,
     problems_from_pydantic,
-    request_json_schema,
 )
 from controller.request.jobspec import parse_job_spec, spec_to_rest
 from controller.request.loading import load_document
@@ -41,7 +40,6 @@ class JobRequest:
     job_id: str
     display_name: str | None
     job_spec: Any = field(repr=False)  # google.cloud.aiplatform_v1.CustomJobSpec
-    job_spec_rest: dict = field(compare=False, repr=False)  # as the user wrote it
     checkpoint_uri: str
     restart_policy: RestartPolicy
     labels: dict[str, str]
@@ -54,18 +52,7 @@ class JobRequest:
             document["displayName"] = self.display_name
         document["jobSpec"] = spec_to_rest(self.job_spec)
         document["checkpoint"] = {"uri": self.checkpoint_uri}
-        document["restartPolicy"] = {
-            "maxFailures": policy.max_failures,
-            "maxPreemptions": policy.max_preemptions,
-            "backoff": {
-                "initialSeconds": float(policy.backoff.initial_seconds),
-                "multiplier": float(policy.backoff.multiplier),
-                "maxSeconds": float(policy.backoff.max_seconds),
-                "jitter": float(policy.backoff.jitter),
-            },
-            "crashLoopAttempts": policy.crash_loop_attempts,
-            "onDemandAfterPreemptions": policy.on_demand_after_preemptions,
-        }
+        document["restartPolicy"] = policy.to_request_json()
         document["labels"] = dict(sorted(self.labels.items()))
         return document
 
@@ -134,12 +121,7 @@ def _parse_job(document: dict, allow_local_checkpoints: bool) -> JobRequest:
         job_id=model.job_id,
         display_name=model.display_name,
         job_spec=spec,
-        job_spec_rest=spec_rest,
         checkpoint_uri=model.checkpoint.uri,
         restart_policy=model.restart_policy.to_policy(),
         labels=dict(model.labels),
     )
-
-
-if __name__ == "__main__":  # python -m controller.request > docs/request-schema.json
-    print(json.dumps(request_json_schema(), indent=2))

@@ -7,7 +7,7 @@ second controller in one process) gets clean counters and no "duplicated timeser
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
@@ -56,7 +56,6 @@ class Metrics:
             ["job_id"],
             registry=r,
         )
-        self._job_states_source: Callable[[], Mapping[str, int]] | None = None
         self._known_states: set[str] = set()
         # The engine sets counts while an HTTP thread may be refreshing them for a scrape.
         self._states_lock = threading.Lock()
@@ -71,10 +70,6 @@ class Metrics:
             for state, count in counts.items():
                 self.jobs.labels(state=state).set(count)
             self._known_states |= set(counts)
-
-    def job_states_from(self, source: Callable[[], Mapping[str, int]]) -> None:
-        """Read the counts from `source` at every scrape instead of pushing them."""
-        self._job_states_source = source
 
     # --- convenience recorders (one place for label names) -------------------------------------
     def attempt_submitted(self) -> None:
@@ -105,7 +100,5 @@ class Metrics:
         self.goodput_ratio.labels(job_id=job_id).set(ratio)
 
     def render(self) -> bytes:
-        """The registry in Prometheus text format; refreshes job counts from the source first."""
-        if self._job_states_source is not None:
-            self.set_job_states(self._job_states_source())
+        """The registry in Prometheus text format."""
         return generate_latest(self.registry)

@@ -117,10 +117,6 @@ class BlobStore:
             raise FileNotFoundError(key)
         return io.BytesIO(data)  # shares the immutable bytes, no copy
 
-    def read_all(self, key: str) -> bytes:
-        with self.open(key) as f:
-            return f.read()
-
     def delete(self, key: str) -> None:
         if self._memory is not None:
             with self._lock:

@@ -87,7 +87,6 @@ def test_job_spec_is_a_vertex_custom_job_spec():
     assert isinstance(parsed.job_spec, aiplatform_v1.CustomJobSpec)
     assert [p.replica_count for p in parsed.job_spec.worker_pool_specs] == [1, 3]
     assert parsed.job_spec.scheduling.strategy == aiplatform_v1.Scheduling.Strategy.SPOT
-    assert parsed.job_spec_rest == request()["jobSpec"]
 
 
 def test_full_restart_policy_is_carried_into_the_policy_object():
