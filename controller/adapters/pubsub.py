@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 from google.api_core import exceptions as gexc
+from google.api_core.retry import Retry
 from google.cloud import pubsub_v1
 from google.protobuf import duration_pb2
 from google.pubsub_v1.types import DeadLetterPolicy, RetryPolicy
@@ -51,8 +52,24 @@ class TopicPublisher:
         attrs = {k: str(v) for k, v in attributes.items()}
         for attempt in self._retrying.copy():
             with attempt:
-                return self.client.publish(topic, data, **attrs).result(timeout=self.timeout)
+                # The client's own retry is bounded by the same deadline, so an unreachable
+                # Pub/Sub fails in `timeout` instead of the library's ten-minute default.
+                future = self.client.publish(
+                    topic, data, retry=Retry(timeout=self.timeout), timeout=self.timeout, **attrs
+                )
+                return future.result(timeout=self.timeout + 5)
         raise AssertionError("unreachable")  # pragma: no cover
+
+
+def publish_request(settings: Settings, data: bytes) -> str:
+    """Publish one job or cancel request to the requests topic; the server's message id.
+
+    The one publish path of users' requests: the CLI, the demo and benchmarks all come here."""
+    publisher = TopicPublisher(timeout=settings.rpc_timeout_seconds)
+    try:
+        return publisher.publish(settings.topic_path(settings.requests_topic), data)
+    finally:
+        publisher.client.stop()
 
 
 def ensure_topology(

@@ -144,14 +144,16 @@ class Demo:
 
     # --- the story --------------------------------------------------------------------------
     def publish(self, request: dict) -> None:
-        from google.cloud import pubsub_v1
-
+        from controller.adapters.pubsub import publish_request
         from controller.request import parse_request
+        from controller.settings import Settings
 
         parse_request(request)  # the demo's own request must be valid: fail loudly if not
-        topic = f"projects/{self.env['GOOGLE_CLOUD_PROJECT']}/topics/relaunch-requests"
-        pubsub_v1.PublisherClient().publish(topic, json.dumps(request).encode()).result(timeout=30)
-        self.say(f"published job request {request['jobId']!r} to {topic}")
+        settings = Settings()  # this process's environment points at the demo's devstack
+        publish_request(settings, json.dumps(request).encode())
+        self.say(
+            f"published job request {request['jobId']!r} to {settings.topic_path(settings.requests_topic)}"
+        )
 
     def follow(self, job_id: str, *, preempt: bool) -> dict:
         """Print the job's timeline as it grows; preempt attempt 1 once it has checkpoints."""

@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
         return view.fail(f"{invalid.problems[0]}", 2)
 
     def publish() -> int:
-        from controller.cli.commands.submit import publish_request
+        from controller.adapters.pubsub import publish_request
 
         message_id = publish_request(view.settings(), json.dumps(request.to_json()).encode())
         print(f"cancel requested for {request.job_id} (message {message_id})")

@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from controller.cli.commands.validate import add_local_option, load_request_file, report_problems
+from controller.cli.request_files import add_local_option, load_request_file, report_problems
 
 EXAMPLE = """\
 Prints the CustomJob exactly as the controller would submit it for that attempt, as Vertex

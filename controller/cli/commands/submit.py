@@ -1,7 +1,4 @@
-"""`relaunch submit FILE [--wait] [--timeout S]`: publish a job request for the controller.
-
-Also home of `publish_request`, which `relaunch cancel` shares.
-"""
+"""`relaunch submit FILE [--wait] [--timeout S]`: publish a job request for the controller."""
 
 from __future__ import annotations
 
@@ -10,7 +7,7 @@ import json
 import time
 
 from controller.cli import common as view
-from controller.cli.commands.validate import add_local_option, load_request_file, report_problems
+from controller.cli.request_files import add_local_option, load_request_file, report_problems
 
 EXAMPLE = """\
 Validates FILE exactly as `relaunch validate` does (problems on stderr, exit status 2), then
@@ -69,26 +66,6 @@ def register(subparsers) -> None:
     parser.set_defaults(handler=run)
 
 
-def publish_request(config, data: bytes) -> str:
-    """Publish one request to the requests topic; the server's message id.
-
-    Every call has the controller's RPC deadline (RELAUNCH_RPC_TIMEOUT_SECONDS), so an
-    unreachable Pub/Sub fails in that time instead of the client's ten-minute default.
-    """
-    from google.api_core.retry import Retry
-    from google.cloud import pubsub_v1
-
-    deadline = config.rpc_timeout_seconds
-    client = pubsub_v1.PublisherClient()
-    future = client.publish(
-        config.topic_path(config.requests_topic), data, retry=Retry(timeout=deadline), timeout=deadline
-    )
-    try:
-        return future.result(timeout=deadline + 5)
-    finally:
-        client.stop()
-
-
 def run(args: argparse.Namespace) -> int:
     from controller.request import CancelRequest, Problem
 
@@ -100,6 +77,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
 
     def publish() -> int:
+        from controller.adapters.pubsub import publish_request
+
         config = view.settings()
         message_id = publish_request(config, json.dumps(request.to_json()).encode())
         print(f"submitted {request.job_id} (message {message_id})", flush=True)

@@ -1,13 +1,10 @@
-"""`relaunch validate FILE...`: check job request files without submitting anything.
-
-Also home of the file loading that `relaunch render` shares, so both verbs report a bad file in
-exactly the same words.
-"""
+"""`relaunch validate FILE...`: check job request files without submitting anything."""
 
 from __future__ import annotations
 
 import argparse
-import sys
+
+from controller.cli.request_files import add_local_option, load_request_file, report_problems
 
 EXAMPLE = """\
 Each FILE is a job request or a cancel request, in YAML or JSON. Prints `FILE: ok` for each
@@ -18,38 +15,6 @@ Example:
   relaunch validate --local my-local-run.yaml     # allows file:///abs/path checkpoints
   cat request.json | relaunch validate -
 """
-
-
-def add_local_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--local",
-        action="store_true",
-        help="accept file:///abs/path checkpoint URIs (local runs only; the cloud needs gs://)",
-    )
-
-
-def load_request_file(path: str, *, allow_local: bool):
-    """(request, []) or (None, problems) for the request in `path` ('-' = stdin)."""
-    from controller.request import MAX_REQUEST_BYTES, Problem, RequestInvalid, parse_request
-
-    try:
-        if path == "-":
-            data = sys.stdin.buffer.read(MAX_REQUEST_BYTES + 1)
-        else:
-            with open(path, "rb") as handle:
-                # Read one byte past the limit: enough to know the file is too large.
-                data = handle.read(MAX_REQUEST_BYTES + 1)
-    except OSError as error:
-        return None, [Problem("file", f"cannot be read: {error.strerror or error}")]
-    try:
-        return parse_request(data, allow_local_checkpoints=allow_local), []
-    except RequestInvalid as invalid:
-        return None, invalid.problems
-
-
-def report_problems(path: str, problems) -> None:
-    for problem in problems:
-        print(f"{path}: {problem}", file=sys.stderr)
 
 
 def register(subparsers) -> None:
