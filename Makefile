@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test clean
+.PHONY: venv demo test check clean
 
 venv: $(STAMP)
 
@@ -21,8 +21,14 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/relaunch demo
 
-test: $(STAMP)
+# The mechanical checks run first: lint, format, types, import contracts. Then every test.
+test: $(STAMP) check
 	$(BIN)/python -m pytest
+
+check: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 
 clean:
 	rm -rf $(VENV) .pytest_cache
