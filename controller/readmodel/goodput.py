@@ -37,7 +37,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from controller.core.model import TERMINAL_PHASE_NAMES
-from controller.readmodel.jobs import status_document
+from controller.readmodel.jobs import Json, status_document
 
 
 @dataclass(frozen=True)
@@ -89,29 +89,29 @@ def duration(seconds: float) -> str:
     return f"{days}d{hours:02d}h"
 
 
-def user_view(document: dict) -> dict:
+def user_view(document: Json) -> Json:
     """The `status_document` form, whichever form was given."""
     if "state" in document:
         return status_document(document, with_timeline=False)
     return document
 
 
-def job_end(view: dict, now: float) -> float:
+def job_end(view: Json, now: float) -> float:
     """When the job's wall clock stops: its end once terminal, otherwise now."""
     if view["phase"] not in TERMINAL_PHASE_NAMES:
         return now
     ends = [a["endedAt"] for a in view["attempts"] if a.get("endedAt") is not None]
-    return max(ends) if ends else _first(view.get("updatedAt"), view["createdAt"])
+    return float(max(ends)) if ends else _first(view.get("updatedAt"), view["createdAt"])
 
 
-def _running(attempt: dict, now: float) -> float:
+def _running(attempt: Json, now: float) -> float:
     started = attempt.get("startedAt")
     if started is None:
         return 0.0
-    return max(0.0, _first(attempt.get("endedAt"), now) - started)
+    return max(0.0, _first(attempt.get("endedAt"), now) - float(started))
 
 
-def _advanced(attempts: list[dict]) -> list[int]:
+def _advanced(attempts: list[Json]) -> list[int]:
     """New committed steps of each attempt, in order."""
     out, best = [], 0
     for attempt in attempts:
@@ -123,19 +123,19 @@ def _advanced(attempts: list[dict]) -> list[int]:
     return out
 
 
-def _waiting(attempt: dict, now: float) -> float:
+def _waiting(attempt: Json, now: float) -> float:
     submitted = attempt.get("submittedAt")
     if submitted is None:
         return 0.0
-    return max(0.0, _first(attempt.get("startedAt"), attempt.get("endedAt"), now) - submitted)
+    return max(0.0, _first(attempt.get("startedAt"), attempt.get("endedAt"), now) - float(submitted))
 
 
 def _first(*values: float | None) -> float:
     """The first value that is set (0 is a time like any other)."""
-    return next(v for v in values if v is not None)
+    return float(next(v for v in values if v is not None))
 
 
-def step_rate(attempts: list[dict], now: float) -> float | None:
+def step_rate(attempts: list[Json], now: float) -> float | None:
     rates = [
         steps / _running(a, now)
         for a, steps in zip(attempts, _advanced(attempts))
@@ -144,7 +144,7 @@ def step_rate(attempts: list[dict], now: float) -> float | None:
     return max(rates) if rates else None
 
 
-def compute(document: dict, now: float) -> Goodput:
+def compute(document: Json, now: float) -> Goodput:
     view = user_view(document)
     attempts = view["attempts"]
     rate = step_rate(attempts, now)

@@ -14,21 +14,24 @@ from controller.core import events as ev
 from controller.core.actions import Action
 from controller.core.model import JobState, Phase
 
+# A stored job document, a status document, a timeline entry: plain JSON objects.
+Json = dict[str, Any]
+
 # A job's timeline keeps its newest entries; older ones are dropped to bound the document.
 TIMELINE_LIMIT = 500
 
 
-def entry(now: float, attempt: int, what: str, **extra: Any) -> dict:
+def entry(now: float, attempt: int, what: str, **extra: Any) -> Json:
     return {"time": now, "attempt": attempt, "what": what, **extra}
 
 
-def append_timeline(document: dict, entries: list[dict]) -> list[dict]:
+def append_timeline(document: Json, entries: list[Json]) -> list[Json]:
     return (list(document.get("timeline", [])) + entries)[-TIMELINE_LIMIT:]
 
 
 def transition_entries(
     old: JobState, new: JobState, event: ev.Event, actions: Iterable[Action], now: float
-) -> list[dict]:
+) -> list[Json]:
     """Timeline entries a person would want to read for one stored transition."""
     entries = []
     attempt = new.current.number if new.current else 0
@@ -42,7 +45,7 @@ def transition_entries(
                 uri=new.latest_checkpoint_uri,
             )
         )
-    if len(new.attempts) > len(old.attempts):
+    if len(new.attempts) > len(old.attempts) and new.current is not None:
         current = new.current
         where = (
             f"from checkpoint step {current.resume_from_step}"
@@ -63,8 +66,8 @@ def transition_entries(
             entries.append(entry(now, attempt, f"attempt {attempt} submitted as {new.current.vertex_name}"))
         if new.current.started_at and not old.current.started_at:
             entries.append(entry(new.current.started_at, attempt, f"attempt {attempt} running"))
-        if new.current.ended and not old.current.ended:
-            c = new.current
+        c = new.current
+        if c.ended and c.ending is not None and not old.current.ended:
             entries.append(
                 entry(
                     c.ended_at or now,
@@ -75,7 +78,11 @@ def transition_entries(
                     checkpointStep=c.checkpoint_step_at_end,
                 )
             )
-    if new.phase is Phase.BACKING_OFF and old.phase is not Phase.BACKING_OFF:
+    if (
+        new.phase is Phase.BACKING_OFF
+        and old.phase is not Phase.BACKING_OFF
+        and new.next_attempt_at is not None
+    ):
         entries.append(
             entry(
                 now,
@@ -91,7 +98,7 @@ def transition_entries(
     return entries
 
 
-def status_document(document: dict, *, with_timeline: bool = True) -> dict:
+def status_document(document: Json, *, with_timeline: bool = True) -> Json:
     """The JSON a user sees for one job (HTTP API, `relaunch status`)."""
     state = document["state"]
     attempts = state.get("attempts", [])
