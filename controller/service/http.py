@@ -105,8 +105,10 @@ class _Server(HTTPServer):
         metrics: Metrics,
         verifier: PushVerifier | None,
         max_workers: int = DEFAULT_MAX_WORKERS,
+        keepalive_idle_seconds: float = KEEPALIVE_IDLE_SECONDS,
     ):
         self.app, self.metrics, self.verifier = app, metrics, verifier
+        self.keepalive_idle_seconds = keepalive_idle_seconds
         self._workers = ThreadPoolExecutor(max_workers, thread_name_prefix="relaunch-http")
         # Connections being served or waiting for a worker: as many waiting as there are workers.
         self._slots = threading.BoundedSemaphore(2 * max_workers)
@@ -162,7 +164,7 @@ class _Handler(BaseHTTPRequestHandler):
     # --- dispatch ------------------------------------------------------------------------------
     def handle_one_request(self) -> None:
         # Waiting for the next request on a kept-alive connection: give the worker back soon.
-        self.connection.settimeout(KEEPALIVE_IDLE_SECONDS)
+        self.connection.settimeout(self.server.keepalive_idle_seconds)
         super().handle_one_request()
 
     def do_GET(self) -> None:
@@ -381,6 +383,7 @@ def make_server(
     verifier: PushVerifier | None,
     *,
     max_workers: int = DEFAULT_MAX_WORKERS,
+    keepalive_idle_seconds: float = KEEPALIVE_IDLE_SECONDS,
 ) -> HttpServer:
     """Bind (port 0 = any free port) without serving yet; `verifier=None` disables push (404)."""
-    return HttpServer(_Server((host, port), app, metrics, verifier, max_workers))
+    return HttpServer(_Server((host, port), app, metrics, verifier, max_workers, keepalive_idle_seconds))

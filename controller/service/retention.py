@@ -21,7 +21,8 @@ from controller import logs
 from controller.core.model import Phase
 from controller.service.ownership import release_checkpoint_root
 from controller.settings import Settings
-from controller.store import StateStore, StoreError, Versioned
+from controller.store import StateStore, Versioned
+from controller.store.base import StoreError
 from controller.store.keys import JOBS_PREFIX, REJECTED_PREFIX
 
 log = logs.get("relaunch.retention")
