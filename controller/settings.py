@@ -58,6 +58,31 @@ class Settings(BaseSettings):
     allow_local_checkpoints: bool = Field(
         False, description="Accept file:// checkpoint URIs (local runs only; never in production)."
     )
+    checkpoint_buckets: str = Field(
+        "",
+        description="Comma-separated allow-list of checkpoint buckets (names, no gs://); empty = any "
+        "bucket. A request naming another bucket is rejected.",
+    )
+
+    # Bounded state (a housekeeping pass while leading).
+    housekeeping_seconds: float = Field(
+        300.0, gt=0, description="Period of the pass that prunes rejected records and finished jobs."
+    )
+    rejected_retention_seconds: float = Field(
+        7 * 86400.0,
+        gt=0,
+        description="Rejected-request records older than this are deleted (the dead-letter topic keeps "
+        "its copy).",
+    )
+    rejected_max_records: int = Field(
+        1000, ge=1, description="At most this many rejected-request records are kept; the oldest go first."
+    )
+    finished_job_retention_seconds: float = Field(
+        30 * 86400.0,
+        ge=0,
+        description="A succeeded, failed or cancelled job is deleted from the state store (with its "
+        "checkpoint-root claim) this long after it ended; 0 = keep for ever. Checkpoints are never deleted.",
+    )
 
     # Timing.
     reconcile_seconds: float = Field(60.0, gt=0, description="Period of the list-by-label reconcile pass.")
@@ -75,6 +100,17 @@ class Settings(BaseSettings):
     )
     preemption_storm_window_seconds: float = Field(
         3600.0, gt=0, description="Window of the preemption-storm alert."
+    )
+
+    # Health.
+    loop_stall_seconds: float = Field(
+        600.0,
+        gt=0,
+        description="/healthz fails when the control loop has not completed an iteration for this long "
+        "(a wedged loop gets the instance restarted).",
+    )
+    stream_retry_max_seconds: float = Field(
+        60.0, gt=0, description="Longest wait before reopening a subscription stream that ended."
     )
 
     # Alerts.
@@ -109,11 +145,33 @@ class Settings(BaseSettings):
     push_certs_url: str | None = Field(
         None, description="Where to fetch token-signing certs (unset: Google's); devstack serves its own."
     )
+    http_max_workers: int = Field(
+        16,
+        ge=1,
+        le=256,
+        description="Threads serving HTTP; connections beyond these (and a queue of as "
+        "many again) are answered 503 at once.",
+    )
+    dead_letter_max_bytes: int = Field(
+        9_000_000,
+        ge=1024,
+        le=10_000_000,
+        description="Largest copy of a rejected request published to the dead-letter topic (Pub/Sub "
+        "takes at most 10 MB); a longer one is cut and points to its stored record.",
+    )
     webhook_url: str | None = Field(None, description="Optional Slack-compatible webhook for alerts.")
     controller_id: str | None = Field(
         None, description="Name of this instance in the lease (unset: host-pid)."
     )
     log_level: str = Field("INFO", description="Minimum log severity.")
+
+    @property
+    def checkpoint_bucket_allow_list(self) -> frozenset[str]:
+        return frozenset(
+            b.strip().removeprefix("gs://").strip("/")
+            for b in self.checkpoint_buckets.split(",")
+            if b.strip()
+        )
 
     def topic_path(self, name: str) -> str:
         return name if name.startswith("projects/") else f"projects/{self.project}/topics/{name}"

@@ -90,9 +90,11 @@ def ensure_topology(
             publisher.create_topic(name=settings.topic_path(name))
         except gexc.AlreadyExists:
             pass
+    # Both controller subscriptions dead-letter: a request or a log entry that keeps failing is
+    # set aside after 5 deliveries instead of being redelivered for ever.
     subscriptions = [
         (settings.requests_subscription, settings.requests_topic, True),
-        (settings.events_subscription, settings.events_topic, False),
+        (settings.events_subscription, settings.events_topic, True),
         (settings.dead_letter_topic + "-inspect", settings.dead_letter_topic, False),
     ]
     for sub_name, topic_name, dead_letter in subscriptions:
@@ -115,17 +117,28 @@ def ensure_topology(
             pass
 
 
+class UnreadableHint(ValueError):
+    """A message on the events topic that is not a readable log entry (garbage, nesting too deep
+    for the JSON decoder, not an object). Redelivering it can never help: ack it and count it."""
+
+
 def vertex_job_id_from_log_entry(data: bytes) -> str | None:
     """The Vertex job id a Cloud Logging entry (as a log sink delivers it) is about, if any.
 
-    Only entries of `resource.type="ml_job"` count; anything else (or garbage) is not a hint.
+    Only entries of `resource.type="ml_job"` with a numeric job id count (None for any other
+    entry). Raises `UnreadableHint` when `data` is not a JSON object at all.
     """
     try:
         entry = json.loads(data)
+    except (ValueError, RecursionError) as error:  # RecursionError: deeply nested arrays/objects
+        raise UnreadableHint(f"not a JSON log entry: {type(error).__name__}") from None
+    if not isinstance(entry, dict):
+        raise UnreadableHint(f"not a JSON object: {type(entry).__name__}")
+    try:
         resource = entry["resource"]
         if resource.get("type") != "ml_job":
             return None
         job_id = str(resource["labels"]["job_id"])
-    except (ValueError, KeyError, TypeError, AttributeError):
+    except (KeyError, TypeError, AttributeError, RecursionError):
         return None
     return job_id if job_id.isdigit() else None

@@ -117,13 +117,22 @@ def all_documents(store) -> list[dict]:
 def utc(seconds: float | None) -> str:
     if not seconds:
         return "-"
-    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d %H:%M:%S")
+    try:
+        return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d %H:%M:%S")
+    except (OverflowError, ValueError, OSError):
+        # A time no calendar can show (a stored value from before requests were bounded).
+        return "beyond 9999-12-31" if seconds > 0 else "before 0001-01-01"
 
 
 def age(seconds: float | None, now: float) -> str:
     from controller.readmodel.goodput import duration
 
-    return "-" if not seconds else duration(now - seconds)
+    if not seconds:
+        return "-"
+    try:
+        return duration(now - seconds)
+    except (OverflowError, ValueError):
+        return "?"
 
 
 def dash(value) -> str:

@@ -45,6 +45,32 @@ def _bucket_name_problem(bucket: str) -> str | None:
     return None
 
 
+# Cloud Storage object names are at most 1,024 bytes of UTF-8; the trainer appends its own names
+# (step folders, shard files, exit records) below the root, so the root keeps room for them.
+MAX_OBJECT_NAME_BYTES = 1024
+RESERVED_SUFFIX_BYTES = 124
+MAX_CHECKPOINT_PREFIX_BYTES = MAX_OBJECT_NAME_BYTES - RESERVED_SUFFIX_BYTES
+# Characters Cloud Storage advises against in object names: they break URLs and wildcards.
+_ODD_OBJECT_CHARACTERS = "?#[]*"
+
+
+def _object_prefix_problem(prefix: str) -> str | None:
+    """Why `prefix` cannot start the names of checkpoint objects, or None."""
+    size = len(prefix.encode("utf-8", errors="surrogatepass"))
+    if size > MAX_CHECKPOINT_PREFIX_BYTES:
+        return (
+            f"object prefix must be at most {MAX_CHECKPOINT_PREFIX_BYTES} bytes: Cloud Storage names "
+            f"are at most {MAX_OBJECT_NAME_BYTES} bytes and Relaunch appends up to "
+            f"{RESERVED_SUFFIX_BYTES} (got {size})"
+        )
+    odd = sorted({ch for ch in prefix if ch in _ODD_OBJECT_CHARACTERS or ord(ch) == 127})
+    if odd:
+        return f"must not contain {', '.join(repr(ch) for ch in odd)} (Cloud Storage advises against them)"
+    if any(segment in (".", "..") for segment in prefix.split("/")):
+        return "must not contain '.' or '..' path segments"
+    return None
+
+
 def checkpoint_uri_problem(uri: str, *, allow_local: bool) -> str | None:
     """Why `uri` cannot be a checkpoint root, or None when it can."""
     if any(ord(ch) < 32 for ch in uri):
@@ -62,7 +88,7 @@ def checkpoint_uri_problem(uri: str, *, allow_local: bool) -> str | None:
             )
         if "//" in prefix:
             return "must not contain empty path segments ('//')"
-        return None
+        return _object_prefix_problem(prefix)
     if uri.startswith("file://"):
         if not allow_local:
             return (
@@ -72,6 +98,8 @@ def checkpoint_uri_problem(uri: str, *, allow_local: bool) -> str | None:
         path = uri[len("file://") :].rstrip("/")
         if not path.startswith("/"):
             return f"must be an absolute local path like file:///abs/path (got {uri!r})"
+        if any(segment in (".", "..") for segment in path.split("/")):
+            return "must not contain '.' or '..' path segments"
         return None
     return f"must be a Cloud Storage URI like gs://bucket/prefix (got {short_repr(uri)})"
 
@@ -89,15 +117,32 @@ class _Strict(BaseModel):
     )
 
 
+# Upper bounds of every number a request carries. A delay beyond a day parks a job for so long
+# that nobody would notice it waiting; a budget beyond a thousand attempts is a typo, not a plan.
+MAX_BACKOFF_SECONDS = 86400.0
+MAX_BACKOFF_MULTIPLIER = 100.0
+MAX_BUDGET = 1000
+
+
 class BackoffModel(_Strict):
     """Delay between attempts: initialSeconds * multiplier^(k-1), capped at maxSeconds, with
     +/- jitter (a fraction)."""
 
     initial_seconds: float = Field(
-        30.0, ge=0, description="Delay before the first retry (0 = resubmit at once)."
+        30.0,
+        ge=0,
+        le=MAX_BACKOFF_SECONDS,
+        description="Delay before the first retry (0 = resubmit at once), at most one day.",
     )
-    multiplier: float = Field(2.0, ge=1, description="Growth factor per retry (>= 1).")
-    max_seconds: float = Field(1800.0, ge=0, description="Upper bound of any delay (>= initialSeconds).")
+    multiplier: float = Field(
+        2.0, ge=1, le=MAX_BACKOFF_MULTIPLIER, description="Growth factor per retry (1 to 100)."
+    )
+    max_seconds: float = Field(
+        1800.0,
+        ge=0,
+        le=MAX_BACKOFF_SECONDS,
+        description="Upper bound of any delay (>= initialSeconds), at most one day.",
+    )
     jitter: float = Field(0.2, ge=0, lt=1, description="Random spread as a fraction, 0 <= jitter < 1.")
 
     @field_validator("max_seconds")
@@ -112,16 +157,27 @@ class BackoffModel(_Strict):
 class RestartPolicyModel(_Strict):
     """What Relaunch may do when an attempt ends without success."""
 
-    max_failures: int = Field(3, ge=0, description="Non-preemption failures that may be retried.")
+    max_failures: int = Field(
+        3, ge=0, le=MAX_BUDGET, description="Non-preemption failures that may be retried (at most 1000)."
+    )
     max_preemptions: int | None = Field(
-        None, ge=0, description="Preemptions that may be retried; null = unlimited."
+        None,
+        ge=0,
+        le=MAX_BUDGET,
+        description="Preemptions that may be retried (at most 1000); null = unlimited.",
     )
     backoff: BackoffModel = Field(default_factory=BackoffModel)
     crash_loop_attempts: int = Field(
-        3, ge=1, description="Give up after this many consecutive attempts without checkpoint progress."
+        3,
+        ge=1,
+        le=MAX_BUDGET,
+        description="Give up after this many consecutive attempts without checkpoint progress.",
     )
     on_demand_after_preemptions: int | None = Field(
-        None, ge=1, description="Switch scheduling to ON_DEMAND after this many preemptions; null = never."
+        None,
+        ge=1,
+        le=MAX_BUDGET,
+        description="Switch scheduling to ON_DEMAND after this many preemptions; null = never.",
     )
 
     def to_policy(self) -> RestartPolicy:

@@ -3,8 +3,9 @@
 Alert JSON (schema and one example per kind in docs/alerts.md): {"kind", "severity", "jobId",
 "attempt", "summary", "details", "time", "state": "firing" | "resolved"}.
 
-Firing alerts are deduplicated per (job, kind) within a cooldown so a flapping condition pages
-once. A resolved alert goes out only for a (job, kind) that this sink announced as firing and has
+Firing alerts are deduplicated per (job, kind, cause) within a cooldown so a flapping condition
+pages once; the cause (optional, e.g. a rejected request's status and reason) keeps one cause from
+hiding another of the same kind for the same job. A resolved alert goes out only for a (job, kind) that this sink announced as firing and has
 not resolved since, so consumers never see a "resolved" without its "firing".
 """
 
@@ -54,10 +55,13 @@ class AlertSink:
         self._topic = topic
         self._cooldown = cooldown_seconds
         self._clock = clock
-        self._last_fired: dict[tuple[str | None, str], float] = {}
+        self._last_fired: dict[tuple[str | None, str, str, str], float] = {}
         # What is firing now; the cooldown outlives a resolve on purpose (flapping pages once).
-        self._firing: dict[tuple[str | None, str], _Firing] = {}
+        # Keyed by (job, kind, condition): a job-less kind such as controller_degraded has several
+        # independent conditions (reconcile passes, subscription streams) that resolve separately.
+        self._firing: dict[tuple[str | None, str, str], _Firing] = {}
         self._lock = threading.Lock()
+        self._pruned_size = 0
         self._on_alert = on_alert or (lambda alert: None)
 
     def raise_alert(
@@ -69,12 +73,17 @@ class AlertSink:
         job_id: str | None = None,
         attempt: int | None = None,
         details: dict[str, Any] | None = None,
+        cause: str = "",
+        condition: str = "",
     ) -> dict | None:
-        """Publish and log one firing alert; returns it, or None when the cooldown suppressed it."""
+        """Publish and log one firing alert; returns it, or None when the cooldown suppressed it.
+
+        `cause` narrows the cooldown: alerts of one kind for one job with different causes never
+        suppress each other (a rejected request must not hide a real conflict for the job)."""
         now = self._clock()
-        key = (job_id, kind)
         with self._lock:
-            last = self._last_fired.get(key)
+            self._drop_expired_cooldowns(now)
+            last = self._last_fired.get((job_id, kind, condition, cause))
             if last is not None and now - last < self._cooldown:
                 log.info(
                     "alert suppressed by cooldown",
@@ -84,8 +93,8 @@ class AlertSink:
                     cooldown_seconds=self._cooldown,
                 )
                 return None
-            self._last_fired[key] = now
-            self._firing[key] = _Firing(severity, attempt)
+            self._last_fired[(job_id, kind, condition, cause)] = now
+            self._firing[(job_id, kind, condition)] = _Firing(severity, attempt)
         return self._emit(kind, severity, summary, job_id, attempt, details, FIRING, now)
 
     def resolve(
@@ -96,11 +105,12 @@ class AlertSink:
         *,
         attempt: int | None = None,
         details: dict[str, Any] | None = None,
+        condition: str = "",
     ) -> dict | None:
         """Announce that a condition has cleared; returns the alert, or None if it was not firing."""
         now = self._clock()
         with self._lock:
-            fired = self._firing.pop((job_id, kind), None)
+            fired = self._firing.pop((job_id, kind, condition), None)
         if fired is None:
             return None
         return self._emit(
@@ -114,9 +124,36 @@ class AlertSink:
             now,
         )
 
-    def is_firing(self, kind: str, job_id: str | None = None) -> bool:
+    def is_firing(self, kind: str, job_id: str | None = None, condition: str | None = None) -> bool:
+        """Whether `kind` fires for `job_id` (for one condition, or for any when None)."""
         with self._lock:
-            return (job_id, kind) in self._firing
+            return any(
+                key[:2] == (job_id, kind) and (condition is None or key[2] == condition)
+                for key in self._firing
+            )
+
+    def forget_job(self, job_id: str) -> None:
+        """Drop what is remembered about a job that is gone from the store (retention), so these
+        maps hold only jobs that still exist."""
+        with self._lock:
+            for key in [k for k in self._last_fired if k[0] == job_id]:
+                del self._last_fired[key]
+            for key in [k for k in self._firing if k[0] == job_id]:
+                del self._firing[key]
+
+    def tracked_keys(self) -> int:
+        """How many cooldown and firing entries are held (for tests and metrics)."""
+        with self._lock:
+            return len(self._last_fired) + len(self._firing)
+
+    def _drop_expired_cooldowns(self, now: float) -> None:
+        # An expired cooldown suppresses nothing; dropping it keeps the map as small as the set
+        # of alerts of the last cooldown period. Amortised: only when the map has grown.
+        if len(self._last_fired) < 2 * self._pruned_size + 64:
+            return
+        for key in [k for k, fired_at in self._last_fired.items() if now - fired_at >= self._cooldown]:
+            del self._last_fired[key]
+        self._pruned_size = len(self._last_fired)
 
     def _emit(
         self,

@@ -22,14 +22,22 @@ from google.cloud import pubsub_v1
 
 from controller import logs
 from controller.adapters.checkpoints import CheckpointProbe
-from controller.adapters.pubsub import TopicPublisher, ensure_topology, vertex_job_id_from_log_entry
+from controller.adapters.pubsub import (
+    TopicPublisher,
+    UnreadableHint,
+    ensure_topology,
+    vertex_job_id_from_log_entry,
+)
 from controller.adapters.vertex import VertexBackend
 from controller.adapters.webhook import WebhookSink
 from controller.readmodel.jobs import status_document
 from controller.service.alerts import AlertSink
+from controller.service.deadletter import DeadLetterCopy
 from controller.service.engine import Dependencies, Engine
 from controller.service.intake import Intake, IntakeResult
 from controller.service.metrics import Metrics
+from controller.service.retention import prune_state
+from controller.service.streams import SupervisedStream
 from controller.settings import Settings
 from controller.store.factory import open_store
 from controller.store.keys import JOBS_PREFIX, job_key
@@ -80,12 +88,19 @@ class Controller:
             fence=self._fence,
             is_leader=self.is_leader,
         )
+        self._dead_letter = DeadLetterCopy(
+            self.publisher,
+            settings.topic_path(settings.dead_letter_topic),
+            max_bytes=settings.dead_letter_max_bytes,
+        )
         self.intake = Intake(self.engine, dead_letter=self._dead_letter)
         self._stop = threading.Event()
         self._streams: list = []
         self._leading = False
         self._keeper = None
         self.http = None
+        self._last_iteration_at = clock()  # liveness: when the control loop last completed a turn
+        self._next_housekeeping = 0.0
 
     # --- leadership -------------------------------------------------------------------------
     def _make_lease(self):
@@ -123,7 +138,16 @@ class Controller:
         message.ack()
 
     def _on_event(self, message) -> None:
-        vertex_job_id = vertex_job_id_from_log_entry(message.data)
+        try:
+            vertex_job_id = vertex_job_id_from_log_entry(message.data)
+        except UnreadableHint as error:
+            # Redelivery cannot make it readable; the reconcile pass is the safety net.
+            log.warning(
+                "unreadable event acked and ignored", reason=str(error), message_id=message.message_id
+            )
+            self.metrics.unreadable_hint()
+            message.ack()
+            return
         if vertex_job_id is not None:
             try:
                 self.engine.on_hint(vertex_job_id)
@@ -136,15 +160,73 @@ class Controller:
     def _open_streams(self) -> None:
         flow = pubsub_v1.types.FlowControl(max_messages=self.settings.max_outstanding_messages)
         s = self.settings
+
+        def supervised(name: str, subscription: str, callback) -> SupervisedStream:
+            path = s.subscription_path(subscription)
+            stream = SupervisedStream(
+                name,
+                lambda: self.subscriber.subscribe(path, callback=callback, flow_control=flow),
+                path,
+                max_backoff_seconds=s.stream_retry_max_seconds,
+            )
+            stream.open()
+            return stream
+
         self._streams = [
-            self.subscriber.subscribe(
-                s.subscription_path(s.requests_subscription), callback=self._on_request, flow_control=flow
-            ),
-            self.subscriber.subscribe(
-                s.subscription_path(s.events_subscription), callback=self._on_event, flow_control=flow
-            ),
+            supervised("requests", s.requests_subscription, self._on_request),
+            supervised("events", s.events_subscription, self._on_event),
         ]
-        log.info("subscriptions open")
+        log.info("subscriptions opening")
+
+    # --- health -------------------------------------------------------------------------------
+    STREAMS_CONDITION = "subscriptions"
+
+    def stream_problems(self) -> list[str]:
+        return [f"{stream.name}: {stream.problem}" for stream in self._streams if stream.problem]
+
+    def _supervise_streams(self) -> None:
+        """Each loop turn: notice ended streams, reopen them when due, and raise
+        `controller_degraded` once while any is down (resolved when all deliver again)."""
+        for stream in self._streams:
+            stream.check()
+        problems = self.stream_problems()
+        firing = self.alerts.is_firing("controller_degraded", None, self.STREAMS_CONDITION)
+        if problems and not firing:
+            self.alerts.raise_alert(
+                "controller_degraded",
+                "ERROR",
+                f"controller {self.holder_id} is not receiving messages: {'; '.join(problems)}",
+                details={"streams": problems},
+                condition=self.STREAMS_CONDITION,
+            )
+        elif firing and not problems and self._streams:
+            self.alerts.resolve(
+                "controller_degraded",
+                None,
+                f"controller {self.holder_id} receives from every subscription again",
+                condition=self.STREAMS_CONDITION,
+            )
+
+    def _loop_turn_completed(self) -> None:
+        self._last_iteration_at = self.clock()
+
+    def _housekeeping(self) -> None:
+        """Bounded state: prune rejected records and finished jobs, and forget what the process
+        remembers about jobs that are no longer live."""
+        now = self.clock()
+        if now < self._next_housekeeping:
+            return
+        self._next_housekeeping = now + self.settings.housekeeping_seconds
+        report = prune_state(self.store, self.settings, now, on_job_deleted=self._forget_job)
+        if report.rejected_deleted:
+            self.metrics.pruned("rejected", report.rejected_deleted)
+        if report.jobs_deleted:
+            self.metrics.pruned("job", len(report.jobs_deleted))
+        self.engine.forget_finished({state.job_id for state in self.engine.live_states()})
+
+    def _forget_job(self, job_id: str) -> None:
+        self.alerts.forget_job(job_id)
+        self.metrics.forget_job(job_id)
 
     def _close_streams(self, timeout: float = 10.0) -> None:
         for stream in self._streams:
@@ -155,14 +237,6 @@ class Controller:
             except (FutureTimeout, Exception):
                 pass
         self._streams = []
-
-    def _dead_letter(self, payload: bytes, reason: str) -> None:
-        try:
-            self.publisher.publish(
-                self.settings.topic_path(self.settings.dead_letter_topic), payload, reason=reason[:1024]
-            )
-        except Exception as error:
-            log.error("dead-letter publish failed", error=str(error))
 
     # --- HTTP facade used by controller.service.http ------------------------------------------------
     def accept_request(self, data: bytes, attributes: dict[str, str]) -> IntakeResult:
@@ -176,13 +250,24 @@ class Controller:
         return [status_document(r.document, with_timeline=False) for r in self.store.list(JOBS_PREFIX)]
 
     def is_alive(self) -> bool:
-        return not self._stop.is_set()
+        """False once the control loop has not completed a turn for `loop_stall_seconds` (a
+        wedged loop: Cloud Run's liveness probe then restarts the instance)."""
+        if self._stop.is_set():
+            return False
+        stalled_for = self.clock() - self._last_iteration_at
+        if stalled_for > self.settings.loop_stall_seconds:
+            log.error("control loop stalled", stalled_seconds=round(stalled_for, 1))
+            return False
+        return True
 
     def is_ready(self) -> tuple[bool, str]:
         if self._stop.is_set():
             return False, "shutting down"
         if self._leading:
-            return (True, "leader") if self._streams else (False, "leader without subscriptions")
+            if not self._streams:
+                return False, "leader without subscriptions"
+            problems = self.stream_problems()
+            return (False, "leader not receiving: " + "; ".join(problems)) if problems else (True, "leader")
         return True, "standby"
 
     # --- the loop ---------------------------------------------------------------------------
@@ -233,6 +318,9 @@ class Controller:
                         self._guarded(self.engine.reconcile, "reconcile")
                         self._next_reconcile = self.clock() + self.settings.reconcile_seconds
                     self._guarded(self.engine.fire_due_timers, "timers")
+                    self._guarded(self._supervise_streams, "stream supervision")
+                    self._guarded(self._housekeeping, "housekeeping")
+                self._loop_turn_completed()
                 wait_until = min(
                     next_lease_check, self._next_reconcile if self._leading else next_lease_check
                 )
@@ -263,7 +351,14 @@ class Controller:
                 service_account=self.settings.push_service_account,
                 certs_url=self.settings.push_certs_url,
             )
-        self.http = make_server("0.0.0.0", self.settings.port, self, self.metrics, verifier)
+        self.http = make_server(
+            "0.0.0.0",
+            self.settings.port,
+            self,
+            self.metrics,
+            verifier,
+            max_workers=self.settings.http_max_workers,
+        )
         self.http.start()
         log.info("http serving", port=self.http.port)
 

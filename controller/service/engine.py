@@ -322,6 +322,25 @@ class Engine:
                 states.append(state)
         return states
 
+    def forget_finished(self, live_job_ids: set[str]) -> int:
+        """Drop the per-job locks and parsed requests of jobs that are no longer live, so these
+        maps stay as small as the set of live jobs. A lock someone holds right now is kept."""
+        dropped = 0
+        with self._locks_guard:
+            for job_id in [j for j in self._locks if j not in live_job_ids]:
+                lock = self._locks[job_id]
+                if lock.acquire(blocking=False):
+                    del self._locks[job_id]
+                    lock.release()
+                    dropped += 1
+            for job_id in [j for j in self._requests if j not in live_job_ids]:
+                self._requests.pop(job_id, None)
+        return dropped
+
+    def memory_footprint(self) -> dict[str, int]:
+        """Sizes of the per-job maps (tests and diagnostics)."""
+        return {"locks": len(self._locks), "requests": len(self._requests)}
+
     # ==== helpers ==========================================================================
     def _lock(self, job_id: str) -> threading.RLock:
         with self._locks_guard:

@@ -1,13 +1,15 @@
 """The daemon's HTTP server: health probes, metrics, job status and the Pub/Sub push endpoint.
 
-Stdlib `ThreadingHTTPServer` on a background thread; one thread per connection is plenty for
-probes, scrapes and pushes. The engine sits behind the `ControllerApp` protocol, so this module
+Stdlib `HTTPServer` on a background thread, handing each connection to a bounded pool of worker
+threads; when every worker is busy and the short queue is full, a connection is answered 503 at
+once instead of growing threads without limit. The engine sits behind the `ControllerApp` protocol, so this module
 knows nothing of how jobs are stored or run.
 
 Push acknowledgement rule: 2xx acknowledges, anything else makes Pub/Sub redeliver. Requests the
 engine has durably recorded (including invalid and conflicting ones, which it dead-letters itself)
 are acknowledged with 204; only an exception from the engine (state store down, ...) answers 500,
-because then nothing was recorded and a redelivery can succeed.
+because then nothing was recorded and a redelivery can succeed. Client input never answers 500:
+a bad path or job id is 404, a body that is not a push envelope (garbage, nesting too deep) 400.
 """
 
 from __future__ import annotations
@@ -15,13 +17,16 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import socket
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any, Protocol
 from urllib.parse import unquote, urlsplit
 
 from controller import logs
+from controller.request.limits import JOB_ID_RE
 from controller.service.intake import IntakeResult
 from controller.service.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from controller.service.metrics import Metrics
@@ -33,6 +38,10 @@ JOBS_PATH = "/v1/jobs"
 MAX_PUSH_BODY_BYTES = 16 * 1024 * 1024
 # A client that stops sending mid-request must not hold a server thread forever.
 SOCKET_TIMEOUT_SECONDS = 60
+# An idle keep-alive connection gives its worker back this soon, so a few idle push connections
+# cannot hold every worker while a probe waits.
+KEEPALIVE_IDLE_SECONDS = 5
+DEFAULT_MAX_WORKERS = 16
 # How soon serve_forever notices stop(); short so shutdown (and each test) does not wait 0.5 s.
 _SHUTDOWN_POLL_SECONDS = 0.05
 
@@ -67,6 +76,8 @@ def decode_push_envelope(body: bytes) -> tuple[bytes, dict[str, str], str | None
         envelope = json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise MalformedEnvelope(f"body is not JSON: {error}") from error
+    except RecursionError:
+        raise MalformedEnvelope("body is nested too deeply to be a push envelope") from None
     if not isinstance(envelope, dict) or not isinstance(envelope.get("message"), dict):
         raise MalformedEnvelope("envelope has no message object")
     message = envelope["message"]
@@ -86,12 +97,62 @@ def decode_push_envelope(body: bytes) -> tuple[bytes, dict[str, str], str | None
     return data, dict(attributes), message_id if isinstance(message_id, str) else None
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def __init__(self, address, app: ControllerApp, metrics: Metrics, verifier: PushVerifier | None):
+class _Server(HTTPServer):
+    def __init__(
+        self,
+        address,
+        app: ControllerApp,
+        metrics: Metrics,
+        verifier: PushVerifier | None,
+        max_workers: int = DEFAULT_MAX_WORKERS,
+        keepalive_idle_seconds: float = KEEPALIVE_IDLE_SECONDS,
+    ):
         self.app, self.metrics, self.verifier = app, metrics, verifier
+        self.keepalive_idle_seconds = keepalive_idle_seconds
+        self._workers = ThreadPoolExecutor(max_workers, thread_name_prefix="relaunch-http")
+        # Connections being served or waiting for a worker: as many waiting as there are workers.
+        self._slots = threading.BoundedSemaphore(2 * max_workers)
         super().__init__(address, _Handler)
+
+    def process_request(self, request, client_address) -> None:
+        if not self._slots.acquire(blocking=False):
+            self._refuse_busy(request)
+            return
+        try:
+            self._workers.submit(self._serve_one, request, client_address)
+        except RuntimeError:  # the pool is shut down: the server is stopping
+            self._slots.release()
+            self.shutdown_request(request)
+
+    def _serve_one(self, request, client_address) -> None:
+        try:
+            self.finish_request(request, client_address)
+        except Exception:
+            self.handle_error(request, client_address)
+        finally:
+            self.shutdown_request(request)
+            self._slots.release()
+
+    def _refuse_busy(self, request: socket.socket) -> None:
+        """Answer 503 without reading the request, on the accepting thread (never blocks long)."""
+        self.metrics.http_refused.inc()
+        body = b"busy: every worker is serving a connection\n"
+        try:
+            request.settimeout(1.0)
+            request.sendall(
+                b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
+                b"Retry-After: 1\r\nConnection: close\r\nContent-Length: "
+                + str(len(body)).encode()
+                + b"\r\n\r\n"
+                + body
+            )
+        except OSError:
+            pass
+        self.shutdown_request(request)
+
+    def server_close(self) -> None:
+        super().server_close()
+        self._workers.shutdown(wait=False, cancel_futures=True)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -101,6 +162,11 @@ class _Handler(BaseHTTPRequestHandler):
     server_version = "relaunch"
 
     # --- dispatch ------------------------------------------------------------------------------
+    def handle_one_request(self) -> None:
+        # Waiting for the next request on a kept-alive connection: give the worker back soon.
+        self.connection.settimeout(self.server.keepalive_idle_seconds)
+        super().handle_one_request()
+
     def do_GET(self) -> None:
         self._dispatch("GET")
 
@@ -108,6 +174,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._dispatch("POST")
 
     def _dispatch(self, method: str) -> None:
+        self.connection.settimeout(SOCKET_TIMEOUT_SECONDS)  # the request has begun: the full timeout
         path = urlsplit(self.path).path
         self._body_read = False
         try:
@@ -172,7 +239,10 @@ class _Handler(BaseHTTPRequestHandler):
         self._json(HTTPStatus.OK, self.server.app.list_job_documents())
 
     def _get_job(self, job_id: str) -> None:
-        document = self.server.app.job_document(job_id) if job_id else None
+        if not JOB_ID_RE.fullmatch(job_id):
+            self._json(HTTPStatus.NOT_FOUND, {"error": "not a valid job id", "jobId": job_id[:100]})
+            return
+        document = self.server.app.job_document(job_id)
         if document is None:
             self._json(HTTPStatus.NOT_FOUND, {"error": "job not found", "jobId": job_id})
         else:
@@ -306,7 +376,14 @@ class HttpServer:
 
 
 def make_server(
-    host: str, port: int, app: ControllerApp, metrics: Metrics, verifier: PushVerifier | None
+    host: str,
+    port: int,
+    app: ControllerApp,
+    metrics: Metrics,
+    verifier: PushVerifier | None,
+    *,
+    max_workers: int = DEFAULT_MAX_WORKERS,
+    keepalive_idle_seconds: float = KEEPALIVE_IDLE_SECONDS,
 ) -> HttpServer:
     """Bind (port 0 = any free port) without serving yet; `verifier=None` disables push (404)."""
-    return HttpServer(_Server((host, port), app, metrics, verifier))
+    return HttpServer(_Server((host, port), app, metrics, verifier, max_workers, keepalive_idle_seconds))

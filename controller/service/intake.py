@@ -20,8 +20,9 @@ from controller.core import events as ev
 from controller.core.decide import new_job
 from controller.readmodel.jobs import entry
 from controller.request import CancelRequest, RequestInvalid, parse_request
+from controller.service.ownership import claim_checkpoint_root
 from controller.store import AlreadyExists
-from controller.store.keys import job_key, rejected_key
+from controller.store.keys import job_key, rejected_key_for_payload
 
 if TYPE_CHECKING:  # the engine (and its Vertex client) is not needed to name a result
     from controller.service.engine import Engine
@@ -74,6 +75,11 @@ class Intake:
         fingerprint = request.fingerprint()
         existing = self.store.get(job_key(request.job_id))
         if existing is None:
+            refusal = claim_checkpoint_root(
+                self.store, request.job_id, request.checkpoint_uri, settings, fence=self.engine.fence()
+            )
+            if refusal is not None:
+                return self._reject(data, refusal.status, refusal.reason, request.job_id)
             now = self.engine.clock()
             state = new_job(request.job_id, request.restart_policy, now)
             document = {
@@ -103,7 +109,6 @@ class Intake:
 
     def _reject(self, data: bytes, status: IntakeStatus, reason: str, job_id: str | None) -> IntakeResult:
         engine = self.engine
-        digest = hashlib.sha256(data).hexdigest()[:24]
         record = {
             "time": engine.clock(),
             "status": status,
@@ -112,7 +117,7 @@ class Intake:
             "payload": data[:STORED_PAYLOAD_BYTES].decode("utf-8", errors="replace"),
         }
         try:
-            self.store.create(rejected_key(digest), record, fence=engine.fence())
+            self.store.create(rejected_key_for_payload(data), record, fence=engine.fence())
         except AlreadyExists:
             pass  # the same bad message again: already recorded and alerted
         else:
@@ -124,11 +129,18 @@ class Intake:
                 f"request rejected ({status}): {reason}",
                 job_id=job_id,
                 details={"reason": reason, "status": status},
+                cause=_rejection_cause(status, reason),
             )
             if engine.metrics is not None:
                 engine.metrics.rejected(status)
         log.warning("request rejected", job_id=job_id, attempt=None, status=status, reason=reason)
         return IntakeResult(status, job_id, reason)
+
+
+def _rejection_cause(status: str, reason: str) -> str:
+    """Cooldown cause of a rejection: anyone may publish a bad request naming a job, so only the
+    same rejection (status and reason) may suppress another; a real conflict always alerts."""
+    return f"{status}:{hashlib.sha256(reason.encode()).hexdigest()[:16]}"
 
 
 def _guess_job_id(data: bytes) -> str | None:

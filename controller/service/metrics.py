@@ -47,6 +47,22 @@ class Metrics:
             registry=r,
         )
         self.alerts = Counter("relaunch_alerts", "Alerts raised, by kind.", ["kind"], registry=r)
+        self.unreadable_hints = Counter(
+            "relaunch_unreadable_hints",
+            "Messages on the events subscription that were not readable log entries (acked, ignored).",
+            registry=r,
+        )
+        self.pruned_records = Counter(
+            "relaunch_pruned_records",
+            "Records deleted from the state store by retention, by kind (rejected, job).",
+            ["kind"],
+            registry=r,
+        )
+        self.http_refused = Counter(
+            "relaunch_http_refused",
+            "HTTP connections answered 503 because every worker was busy.",
+            registry=r,
+        )
         self.is_leader = Gauge(
             "relaunch_is_leader", "1 while this instance holds the leader lease.", registry=r
         )
@@ -92,6 +108,19 @@ class Metrics:
 
     def alert(self, kind: str) -> None:
         self.alerts.labels(kind=kind).inc()
+
+    def unreadable_hint(self) -> None:
+        self.unreadable_hints.inc()
+
+    def pruned(self, kind: str, count: int = 1) -> None:
+        self.pruned_records.labels(kind=kind).inc(count)
+
+    def forget_job(self, job_id: str) -> None:
+        """Drop a deleted job's per-job series, so label sets stay bounded by the stored jobs."""
+        try:
+            self.goodput_ratio.remove(job_id)
+        except KeyError:
+            pass
 
     def set_leader(self, leading: bool) -> None:
         self.is_leader.set(1 if leading else 0)

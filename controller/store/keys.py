@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
+
 JOBS_PREFIX = "jobs/"
 REJECTED_PREFIX = "rejected/"
+# One claim per checkpoint root: which job owns it (controller.service.ownership).
+CHECKPOINT_ROOTS_PREFIX = "checkpoint-roots/"
 
 
 def job_key(job_id: str) -> str:
@@ -12,3 +16,16 @@ def job_key(job_id: str) -> str:
 
 def rejected_key(digest: str) -> str:
     return f"{REJECTED_PREFIX}{digest}"
+
+
+def rejected_key_for_payload(payload: bytes) -> str:
+    """The record of a rejected message: one per distinct payload."""
+    return rejected_key(hashlib.sha256(payload).hexdigest()[:24])
+
+
+def checkpoint_root_key(segments: list[str]) -> str:
+    """The claim of a checkpoint root given as [scheme+bucket, folder, folder, ...].
+
+    Each segment becomes a short hash, so any object name fits the store's key alphabet and a
+    root's claim key is a prefix of the claim keys of every root inside it (found with `list`)."""
+    return CHECKPOINT_ROOTS_PREFIX + "/".join(hashlib.sha256(s.encode()).hexdigest()[:10] for s in segments)
