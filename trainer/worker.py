@@ -45,7 +45,12 @@ def run(argv: list[str], flag: PreemptionFlag) -> tuple[int, bool]:
     from trainer import logs
 
     rank = int(os.environ.get("RANK", "0"))
-    log = logs.configure(verbose=rank == 0, rank=rank)
+    log = logs.configure(
+        verbose=rank == 0,
+        rank=rank,
+        local_rank=int(os.environ.get("LOCAL_RANK", "0")),
+        node_rank=int(os.environ.get("GROUP_RANK", "0")),
+    )
     try:
         cfg = parse_config(argv)
         identity = JobIdentity.from_env()
