@@ -41,9 +41,9 @@ REASON_CONFIG_ERROR = "config_error"
 REASON_RUNTIME_ERROR = "runtime_error"
 REASON_RENDEZVOUS_TIMEOUT = "rendezvous_timeout"
 REASON_NO_USABLE_CHECKPOINT = "no_usable_checkpoint"
-# Only in per-replica records: this replica stopped because the gang broke (a peer died or was
-# torn down), not because of its own error or its own signal. A heuristic (see trainer/README.md).
-REASON_PEER_FAILED = "peer_failed"
+# Only in per-replica records: this replica stopped because of the rest of the gang (a peer was
+# signalled, died or was torn down), not because of its own error or its own signal.
+REASON_STOPPED_BY_PEER = "stopped_by_peer"
 
 EXIT_REASONS = (
     REASON_COMPLETED,
@@ -53,7 +53,7 @@ EXIT_REASONS = (
     REASON_RENDEZVOUS_TIMEOUT,
     REASON_NO_USABLE_CHECKPOINT,
 )
-REPLICA_EXIT_REASONS = (*EXIT_REASONS, REASON_PEER_FAILED)
+REPLICA_EXIT_REASONS = (*EXIT_REASONS, REASON_STOPPED_BY_PEER)
 
 # The exit code each reason is reported with (preempted: 75 when saved, else 76).
 REASON_OF_EXIT_CODE = {
@@ -487,8 +487,8 @@ class ReplicaExit:
 
 
 def first_failed_replica(records: list[ReplicaExit]) -> ReplicaExit | None:
-    """The replica whose own failure came first: not `completed`, not a victim (`peer_failed`)."""
-    own = [r for r in records if r.reason not in (REASON_COMPLETED, REASON_PEER_FAILED)]
+    """The replica whose own ending came first: not `completed`, not a victim (`stopped_by_peer`)."""
+    own = [r for r in records if r.reason not in (REASON_COMPLETED, REASON_STOPPED_BY_PEER)]
     return min(own, key=lambda r: r.time, default=None)
 
 
