@@ -333,12 +333,13 @@ class Checkpointer:
         if self.rank == 0:
             steps = list_step_dirs(source)
             committed = [s for s in steps if read_marker(source, s) is not None]
-            usable = [s for s in list_committed_steps(source)]
+            usable = list_committed_steps(source)
             newest_known = max([*committed, *([floor] if floor is not None else [])], default=None)
             at_or_above = [s for s in reversed(usable) if floor is None or s >= floor]
             below = [s for s in reversed(usable) if floor is not None and s < floor]
-            plan = (at_or_above + below, newest_known, bool(committed))
-        candidates, newest_known, any_committed = self._broadcast(plan)
+            # Steps quarantined earlier were reported then: only usable ones make a fresh start silent.
+            plan = (at_or_above + below, newest_known, bool(usable))
+        candidates, newest_known, any_usable = self._broadcast(plan)
         unreachable = False
         for step in candidates:
             marker = self._broadcast(read_usable_marker(source, step) if self.rank == 0 else None)
@@ -377,7 +378,7 @@ class Checkpointer:
         if unreachable:
             # The data may be fine: a retry (a later attempt) can still load it. Not "no checkpoint".
             raise RuntimeError(f"checkpoints under {source.uri} could not be read")
-        if floor is not None or any_committed:
+        if floor is not None or any_usable:
             raise NoUsableCheckpoint(
                 source.uri,
                 newest_known,
