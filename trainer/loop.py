@@ -175,8 +175,9 @@ def stop_for_preemption(cfg, identity, step, engine, checkpointer, state, flag, 
         fits = emergency_save_fits(left, checkpointer.last_save_seconds)
         if broadcast_decision(fits, device):
             try:
-                checkpointer.save(step, engine, state, blocking=False)
-                result = checkpointer.wait(timeout=seconds_left())
+                # A step already committed (or one that cannot be saved) answers at once.
+                result = checkpointer.save(step, engine, state, blocking=False)
+                result = result or checkpointer.wait(timeout=seconds_left())
                 abandoned = checkpointer.busy
                 saved = bool(result and result.committed)
             except RuntimeError as exc:

@@ -77,3 +77,18 @@ def test_exception_in_training_loop_exits_70_with_runtime_error_record(start_gan
     record = storage.read_exit_record(root, 1)
     assert (record.reason, record.exit_code) == ("runtime_error", 70)
     assert "synthetic failure in the model" in gang.chief.output()
+
+
+def test_a_replica_whose_peer_died_says_so_in_its_own_exit_record(start_gang, tmp_path):
+    root = f"file://{tmp_path}/ckpt"
+    env = {"RELAUNCH_TEST_HOLD_AT_STEP": "3", "RELAUNCH_TEST_HOLD_RANK": "1"}
+    gang = start_gang(["--steps", "6", *TINY], nodes=2, nproc=1, checkpoint_uri=root, env=env)
+    gang.nodes[1].wait_for("test hook: holding for SIGTERM", step=3)
+    gang.nodes[1].kill_tree()  # node 1 vanishes (kill -9): it leaves no record of its own
+    assert gang.chief.wait() == layout.EXIT_RUNTIME, gang.chief.output()
+
+    (survivor,) = storage.read_replica_exits(root, 1)
+    assert (survivor.replica, survivor.reason, survivor.exit_code) == ("node-0", "stopped_by_peer", 70)
+    assert survivor.signal is None and survivor.final
+    assert layout.first_failed_replica([survivor]) is None  # node 0 did not fail on its own
+    assert storage.read_exit_record(root, 1).reason == "runtime_error"
