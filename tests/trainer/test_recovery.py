@@ -77,6 +77,16 @@ def test_corrupt_checkpoint_is_quarantined_never_latest_and_saved_anew(start_gan
     done = storage.read_exit_record(root, 2)
     assert (done.reason, done.last_committed_step) == ("completed", 8)
 
+    # Falling back past the quarantined step still ends bitwise equal to an uninterrupted run.
+    resumed = gang.chief.wait_for("training completed")
+    baseline = start_gang(["--steps", "8", *TINY], checkpoint_uri=f"file://{tmp_path}/baseline")
+    assert baseline.wait() == [0], baseline.chief.output()
+    expected = baseline.chief.wait_for("training completed")
+    assert (resumed["final_loss"], resumed["params_sha256"]) == (
+        expected["final_loss"],
+        expected["params_sha256"],
+    )
+
 
 def fake_corrupt_checkpoint(root: str, step: int) -> None:
     """A committed checkpoint whose files do not match their manifest (as after bit rot)."""
