@@ -143,6 +143,7 @@ def stop_for_preemption(cfg, identity, step, engine, checkpointer, state, flag, 
     that says `preempted`; then every wait is bounded by what is left of the grace budget."""
     rank = dist.get_rank()
     signal_name = flag.signal_name or "SIGTERM"
+    first_reported = checkpointer.last_committed_step
     if rank == 0:
         safe_record(
             cfg,
@@ -196,7 +197,8 @@ def stop_for_preemption(cfg, identity, step, engine, checkpointer, state, flag, 
             seconds_since_first_signal=round(cfg.grace_seconds - seconds_left(), 2),
         )
     code = layout.EXIT_PREEMPTED_SAVED if saved else layout.EXIT_PREEMPTED_UNSAVED
-    if rank == 0 and saved:  # the first record already says "not saved"
+    # The first record already says "not saved"; rewrite it if that or its last commit changed.
+    if rank == 0 and (saved or checkpointer.last_committed_step != first_reported):
         safe_record(
             cfg,
             identity,
