@@ -7,6 +7,7 @@ import re
 import socket
 from dataclasses import dataclass
 
+from trainer import layout
 from trainer.config import ConfigError
 
 _POOL_RE = re.compile(r"^workerpool(\d+)$")
@@ -20,6 +21,13 @@ class NodeTopology:
     master_addr: str
     master_port: int
     source: str  # "cluster_spec", "torchrun_env" or "single_node"
+    task_type: str | None = None  # CLUSTER_SPEC's task (workerpoolN), when there is one
+    task_index: int | None = None
+
+    @property
+    def replica(self) -> str:
+        """This replica's name in exit records: `workerpool1-0` on Vertex, else `node-K`."""
+        return layout.replica_name(self.task_type, self.task_index, self.node_rank)
 
 
 def _split_host_port(entry: str) -> tuple[str, int]:
@@ -58,6 +66,8 @@ def from_cluster_spec(text: str) -> NodeTopology:
         master_addr=master_addr,
         master_port=master_port,
         source="cluster_spec",
+        task_type=task_type,
+        task_index=task_index,
     )
 
 

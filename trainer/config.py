@@ -6,6 +6,13 @@ import argparse
 import os
 from dataclasses import dataclass
 
+from trainer import layout
+
+# Vertex does not document the SIGTERM grace of a reclaimed replica; GKE Autopilot (which its
+# nodes resemble) gives user pods 15 s by default. 10 s of budget plus the launcher's 5 s
+# hard-kill margin (trainer/launch.py) fits in that.
+DEFAULT_GRACE_SECONDS = 10.0
+
 
 class ConfigError(Exception):
     """Bad arguments or a bad factory: not retryable, exit code 64."""
@@ -76,11 +83,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--grad-accum", type=_positive_int, default=1, help="micro-steps per optimizer step")
     p.add_argument("--warmup-steps", type=_non_negative(int), default=0)
     p.add_argument("--checkpoint-every-steps", type=_non_negative(int), default=0, help="0 = off")
-    p.add_argument("--checkpoint-every-seconds", type=_non_negative(float), default=0.0, help="0 = off")
+    p.add_argument(
+        "--checkpoint-every-seconds",
+        type=_non_negative(float),
+        default=None,
+        help=f"0 = off; default ${layout.CHECKPOINT_INTERVAL_ENV} (set by the controller per attempt), else 0",
+    )
     p.add_argument("--keep-last", type=_positive_int, default=3)
     p.add_argument("--nproc-per-node", type=_positive_int, default=None, help="default: GPUs, or 1 on CPU")
     p.add_argument("--log-every", type=_positive_int, default=10)
-    p.add_argument("--grace-seconds", type=_non_negative(float), default=25.0)
+    p.add_argument(
+        "--grace-seconds",
+        type=_non_negative(float),
+        default=DEFAULT_GRACE_SECONDS,
+        help="budget after the first SIGTERM any rank got: finish or skip the emergency save, exit",
+    )
     p.add_argument("--rendezvous-timeout", type=_positive_int, default=300)
     p.add_argument("--checkpoint-uri", default=None, help="default: $RELAUNCH_CHECKPOINT_URI")
     p.add_argument("--resume-from", default=None, help="default: $RELAUNCH_RESUME_FROM")
@@ -119,7 +136,11 @@ def parse_config(argv: list[str], env: dict[str, str] | None = None) -> TrainCon
         grad_accum=args.grad_accum,
         warmup_steps=args.warmup_steps,
         checkpoint_every_steps=args.checkpoint_every_steps,
-        checkpoint_every_seconds=args.checkpoint_every_seconds,
+        checkpoint_every_seconds=(
+            args.checkpoint_every_seconds
+            if args.checkpoint_every_seconds is not None
+            else _interval_from_env(env)
+        ),
         keep_last=args.keep_last,
         nproc_per_node=args.nproc_per_node,
         log_every=args.log_every,
@@ -131,12 +152,26 @@ def parse_config(argv: list[str], env: dict[str, str] | None = None) -> TrainCon
     )
 
 
+def _interval_from_env(env) -> float:
+    text = (env.get(layout.CHECKPOINT_INTERVAL_ENV) or "").strip()
+    if not text:
+        return 0.0
+    try:
+        value = float(text)
+    except ValueError:
+        raise ConfigError(f"{layout.CHECKPOINT_INTERVAL_ENV} must be a number, got {text!r}") from None
+    if not value >= 0:  # also rejects NaN
+        raise ConfigError(f"{layout.CHECKPOINT_INTERVAL_ENV} must be >= 0, got {text!r}")
+    return value
+
+
 @dataclass(frozen=True)
 class JobIdentity:
     """Who this run is, as the controller tells it through RELAUNCH_* variables."""
 
     job_id: str
     attempt: int
+    vertex_job_id: str | None = None  # CLOUD_ML_JOB_ID: keys this CustomJob's exit records
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> JobIdentity:
@@ -147,4 +182,8 @@ class JobIdentity:
             raise ConfigError(
                 f"RELAUNCH_ATTEMPT must be an integer, got {env.get('RELAUNCH_ATTEMPT')!r}"
             ) from None
-        return cls(job_id=env.get("RELAUNCH_JOB_ID") or "local", attempt=attempt)
+        return cls(
+            job_id=env.get("RELAUNCH_JOB_ID") or "local",
+            attempt=attempt,
+            vertex_job_id=layout.vertex_job_id_from_env(env),
+        )

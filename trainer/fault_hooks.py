@@ -8,7 +8,11 @@ import os
 import threading
 import time
 
-HOLD_AT_STEP = "RELAUNCH_TEST_HOLD_AT_STEP"  # rank 0 waits at this step until it gets SIGTERM
+HOLD_AT_STEP = "RELAUNCH_TEST_HOLD_AT_STEP"  # one rank waits at this step until it gets SIGTERM
+HOLD_RANK = "RELAUNCH_TEST_HOLD_RANK"  # which rank holds (default 0)
+# After the held rank's signal, its step goes on this many seconds more (a slow step), so the
+# gang learns of the signal late: the grace clock must still start at that signal.
+SLOW_STEP_AFTER_SIGNAL = "RELAUNCH_TEST_SLOW_STEP_AFTER_SIGNAL"
 PAUSE_BEFORE_COMMIT = "RELAUNCH_TEST_PAUSE_BEFORE_COMMIT"  # rank 0 stops before this step's marker
 
 HOOK_DEADLINE_SECONDS = 300.0
@@ -20,13 +24,16 @@ def _step_from_env(name: str) -> int | None:
 
 
 def hold_until_preempted(step: int, rank: int, flag, log) -> None:
-    # Only rank 0 waits; the others wait for it in the next collective, as they would for a slow step.
-    if rank != 0 or _step_from_env(HOLD_AT_STEP) != step:
+    # Only one rank waits; the others wait for it in the next collective, as they would for a slow step.
+    if rank != int(os.environ.get(HOLD_RANK) or 0) or _step_from_env(HOLD_AT_STEP) != step:
         return
-    log.info("test hook: holding for SIGTERM", step=step)
+    log.warning("test hook: holding for SIGTERM", step=step)  # warning: quiet ranks print it too
     deadline = time.monotonic() + HOOK_DEADLINE_SECONDS
     while not flag.requested and time.monotonic() < deadline:
         time.sleep(0.01)  # polling a flag set by a signal handler; no Event is signal-safe
+    slow = float(os.environ.get(SLOW_STEP_AFTER_SIGNAL) or 0)
+    if slow > 0:
+        threading.Event().wait(slow)
 
 
 def pause_before_commit(step: int, log) -> None:

@@ -9,6 +9,7 @@ workers report their outcome through a node-local status directory (trainer/node
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import sys
@@ -19,24 +20,26 @@ from trainer import layout
 from trainer.cluster import NodeTopology, from_environment
 from trainer.config import ConfigError, JobIdentity, TrainConfig, parse_config
 from trainer.node_status import ENV_VAR as STATUS_DIR_VAR
-from trainer.node_status import NodeStatus, WorkerOutcome
+from trainer.node_status import REPLICA_ENV, NodeStatus, WorkerOutcome
 
 # Severity order when workers disagree: the most telling code wins.
 _PRECEDENCE = (
     layout.EXIT_CONFIG,
+    layout.EXIT_NO_USABLE_CHECKPOINT,
     layout.EXIT_RUNTIME,
     layout.EXIT_PREEMPTED_UNSAVED,
     layout.EXIT_PREEMPTED_SAVED,
     layout.EXIT_OK,
 )
-_REASONS = {
-    layout.EXIT_CONFIG: "config_error",
-    layout.EXIT_RUNTIME: "runtime_error",
-    layout.EXIT_PREEMPTED_UNSAVED: "preempted",
-    layout.EXIT_PREEMPTED_SAVED: "preempted",
-    layout.EXIT_RENDEZVOUS_TIMEOUT: "rendezvous_timeout",
-    layout.EXIT_OK: "completed",
-}
+_PREEMPTED_CODES = (layout.EXIT_PREEMPTED_SAVED, layout.EXIT_PREEMPTED_UNSAVED)
+
+# The elastic agent SIGKILLs workers this long after the grace budget (ceil(--grace-seconds)
+# + this margin, whole seconds): room for the exit record and the process teardown.
+HARD_KILL_MARGIN_SECONDS = 5
+
+
+def hard_kill_after(grace_seconds: float) -> int:
+    return math.ceil(grace_seconds) + HARD_KILL_MARGIN_SECONDS
 
 
 def combine_exit_codes(outcomes: list[WorkerOutcome | None], signalled: bool) -> int:
@@ -45,6 +48,19 @@ def combine_exit_codes(outcomes: list[WorkerOutcome | None], signalled: bool) ->
     codes = {o.exit_code if o is not None else missing for o in outcomes}
     codes = {c if c in _PRECEDENCE else layout.EXIT_RUNTIME for c in codes}
     return next(code for code in _PRECEDENCE if code in codes)
+
+
+def replica_reason(code: int, outcomes: list[WorkerOutcome | None], signalled: bool) -> str:
+    """Why this replica stopped, for its own exit record: its own signal or error, or its peers'."""
+    own_signal = signalled or any(o is not None and o.signalled for o in outcomes)
+    if code in _PREEMPTED_CODES:
+        return layout.REASON_PREEMPTED if own_signal else layout.REASON_STOPPED_BY_PEER
+    if code == layout.EXIT_RUNTIME:
+        failed = [o for o in outcomes if o is None or o.exit_code == layout.EXIT_RUNTIME]
+        if failed and all(o is not None and o.reason == layout.REASON_STOPPED_BY_PEER for o in failed):
+            return layout.REASON_STOPPED_BY_PEER
+        return layout.REASON_RUNTIME_ERROR
+    return layout.REASON_OF_EXIT_CODE.get(code, layout.REASON_RUNTIME_ERROR)
 
 
 def default_nproc() -> int:
@@ -69,14 +85,17 @@ def run_launcher(argv: list[str]) -> int:
     log = log.bind(node_rank=topology.node_rank)
     nproc = cfg.nproc_per_node or default_nproc()
     status_dir = tempfile.mkdtemp(prefix="relaunch-node-")
+    signalled = False
     try:
-        code, record_written = launch_workers(argv, cfg, topology, nproc, status_dir, log)
+        code, record_written, signalled = launch_workers(argv, cfg, topology, nproc, status_dir, log)
     finally:
         outcomes = NodeStatus(status_dir).outcomes(nproc)
         shutil.rmtree(status_dir, ignore_errors=True)
     # Global rank 0 lives on node 0: if it could not write the attempt's exit record, we do.
     if topology.node_rank == 0 and not record_written and cfg.checkpoint_uri:
         write_fallback_exit_record(cfg, identity, code, log)
+    if cfg.checkpoint_uri:
+        write_replica_record(cfg, identity, topology, code, outcomes, signalled, log)
     log.info("node finished", exit_code=code, workers=[o.exit_code if o else None for o in outcomes])
     return code
 
@@ -91,14 +110,18 @@ def check_factories(cfg: TrainConfig) -> None:
 
 def launch_workers(
     argv: list[str], cfg: TrainConfig, topology: NodeTopology, nproc: int, status_dir: str, log
-) -> tuple[int, bool]:
-    """Run this node's workers (each gets the launcher's own command line) until they are done."""
+) -> tuple[int, bool, bool]:
+    """Run this node's workers (each gets the launcher's own command line) until they are done.
+
+    Returns (exit code, whether a worker wrote the attempt's exit record, whether we were signalled).
+    """
     import torch
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
     os.environ[STATUS_DIR_VAR] = status_dir
+    os.environ[REPLICA_ENV] = topology.replica
     os.environ["RELAUNCH_LAUNCHER_PID"] = str(os.getpid())
     if not torch.cuda.is_available():
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
@@ -114,7 +137,7 @@ def launch_workers(
         monitor_interval=0.1,
         start_method="spawn",
         logs_specs=DefaultLogsSpecs(log_dir=os.path.join(status_dir, "logs")),
-        shutdown_timeout=int(cfg.grace_seconds) + 5,
+        shutdown_timeout=hard_kill_after(cfg.grace_seconds),
     )
     log.info(
         "launching workers",
@@ -143,12 +166,12 @@ def launch_workers(
                 file=sys.stderr,
             )
             log.error("rendezvous timeout", error=str(exc), timeout_seconds=cfg.rendezvous_timeout)
-            return layout.EXIT_RENDEZVOUS_TIMEOUT, False
+            return layout.EXIT_RENDEZVOUS_TIMEOUT, False, signalled
         log.exception("launcher failed")
-        return layout.EXIT_RUNTIME, False
+        return layout.EXIT_RUNTIME, False, signalled
     outcomes = status.outcomes(nproc)
     record_written = any(o is not None and o.exit_record_written for o in outcomes)
-    return combine_exit_codes(outcomes, signalled), record_written
+    return combine_exit_codes(outcomes, signalled), record_written, signalled
 
 
 def write_fallback_exit_record(cfg: TrainConfig, identity: JobIdentity, code: int, log) -> None:
@@ -161,13 +184,48 @@ def write_fallback_exit_record(cfg: TrainConfig, identity: JobIdentity, code: in
             layout.ExitRecord(
                 job_id=identity.job_id,
                 attempt=identity.attempt,
-                reason=_REASONS.get(code, "runtime_error"),
+                reason=layout.REASON_OF_EXIT_CODE.get(code, layout.REASON_RUNTIME_ERROR),
                 exit_code=code,
                 step=None,
                 last_committed_step=latest.step if latest else None,
                 checkpoint_saved=False,
-                signal="SIGTERM" if code in (75, 76) else None,
+                signal="SIGTERM" if code in _PREEMPTED_CODES else None,
+                vertex_job_id=identity.vertex_job_id,
             ),
         )
     except Exception as exc:
         log.warning("could not write exit record", error=str(exc))
+
+
+def write_replica_record(
+    cfg: TrainConfig,
+    identity: JobIdentity,
+    topology: NodeTopology,
+    code: int,
+    outcomes: list[WorkerOutcome | None],
+    signalled: bool,
+    log,
+) -> None:
+    """This replica's own final exit record (every node writes one, see docs/contracts.md)."""
+    from trainer.storage import write_replica_exit
+
+    reason = replica_reason(code, outcomes, signalled)
+    codes = [o.exit_code if o is not None else None for o in outcomes]
+    try:
+        write_replica_exit(
+            cfg.checkpoint_uri,
+            layout.ReplicaExit(
+                job_id=identity.job_id,
+                attempt=identity.attempt,
+                vertex_job_id=identity.vertex_job_id,
+                replica=topology.replica,
+                node_rank=topology.node_rank,
+                reason=reason,
+                exit_code=code,
+                signal="SIGTERM" if reason == layout.REASON_PREEMPTED else None,
+                detail=f"worker exit codes {codes} (None: killed before reporting)",
+                final=True,
+            ),
+        )
+    except Exception as exc:
+        log.warning("could not write the replica exit record", error=str(exc))

@@ -12,17 +12,59 @@ from datetime import UTC, datetime
 
 CHECKPOINT_FORMAT = "relaunch-checkpoint/v1"
 EXIT_FORMAT = "relaunch-exit/v1"
+QUARANTINE_FORMAT = "relaunch-quarantine/v1"
+REPLICA_EXIT_FORMAT = "relaunch-replica-exit/v1"
 COMMIT_MARKER_NAME = "COMMITTED.json"
+# Create-only, beside COMMITTED.json: this checkpoint failed verification and must never be used.
+QUARANTINE_MARKER_NAME = "QUARANTINED.json"
+# Where a quarantined step directory is moved when training saves that step anew.
+QUARANTINE_DIR_NAME = "quarantine"
 EXITS_DIR_NAME = "exits"
+# Vertex sets this in every replica (devstack too): the numeric id of the CustomJob.
+VERTEX_JOB_ID_ENV = "CLOUD_ML_JOB_ID"
+# The controller sets this per attempt; default of --checkpoint-every-seconds.
+CHECKPOINT_INTERVAL_ENV = "RELAUNCH_CHECKPOINT_INTERVAL_SECONDS"
 
 EXIT_OK = 0
 EXIT_CONFIG = 64
+# RELAUNCH_RESUME_FROM named a checkpoint (or the root held committed ones) and none could be
+# loaded: restarting from step 0 would silently lose work, so the trainer stops and says so.
+EXIT_NO_USABLE_CHECKPOINT = 65
 EXIT_RENDEZVOUS_TIMEOUT = 69
 EXIT_RUNTIME = 70
 EXIT_PREEMPTED_SAVED = 75
 EXIT_PREEMPTED_UNSAVED = 76
 
-EXIT_REASONS = ("completed", "preempted", "config_error", "runtime_error", "rendezvous_timeout")
+REASON_COMPLETED = "completed"
+REASON_PREEMPTED = "preempted"
+REASON_CONFIG_ERROR = "config_error"
+REASON_RUNTIME_ERROR = "runtime_error"
+REASON_RENDEZVOUS_TIMEOUT = "rendezvous_timeout"
+REASON_NO_USABLE_CHECKPOINT = "no_usable_checkpoint"
+# Only in per-replica records: this replica stopped because of the rest of the gang (a peer was
+# signalled, died or was torn down), not because of its own error or its own signal.
+REASON_STOPPED_BY_PEER = "stopped_by_peer"
+
+EXIT_REASONS = (
+    REASON_COMPLETED,
+    REASON_PREEMPTED,
+    REASON_CONFIG_ERROR,
+    REASON_RUNTIME_ERROR,
+    REASON_RENDEZVOUS_TIMEOUT,
+    REASON_NO_USABLE_CHECKPOINT,
+)
+REPLICA_EXIT_REASONS = (*EXIT_REASONS, REASON_STOPPED_BY_PEER)
+
+# The exit code each reason is reported with (preempted: 75 when saved, else 76).
+REASON_OF_EXIT_CODE = {
+    EXIT_OK: REASON_COMPLETED,
+    EXIT_CONFIG: REASON_CONFIG_ERROR,
+    EXIT_NO_USABLE_CHECKPOINT: REASON_NO_USABLE_CHECKPOINT,
+    EXIT_RENDEZVOUS_TIMEOUT: REASON_RENDEZVOUS_TIMEOUT,
+    EXIT_RUNTIME: REASON_RUNTIME_ERROR,
+    EXIT_PREEMPTED_SAVED: REASON_PREEMPTED,
+    EXIT_PREEMPTED_UNSAVED: REASON_PREEMPTED,
+}
 
 _STEP_DIR_RE = re.compile(r"^step-(\d{10})$")
 
@@ -59,8 +101,81 @@ def exits_dir(root: str) -> str:
     return join(root, EXITS_DIR_NAME)
 
 
-def exit_record_path(root: str, attempt: int) -> str:
-    return join(root, EXITS_DIR_NAME, f"attempt-{attempt:04d}.json")
+def quarantine_marker_path(root_or_step_dir: str, step: int | None = None) -> str:
+    """QUARANTINED.json of `checkpoint_dir(root, step)`; with no step, the argument is the step dir."""
+    step_dir = root_or_step_dir if step is None else checkpoint_dir(root_or_step_dir, step)
+    return join(step_dir, QUARANTINE_MARKER_NAME)
+
+
+def quarantine_archive_dir(root: str, step: int, attempt: int, token: str) -> str:
+    """Where a quarantined step directory goes when its step is saved anew (kept as evidence)."""
+    return join(root, QUARANTINE_DIR_NAME, f"{step_dir_name(step)}-a{attempt:04d}-{token}")
+
+
+def is_temp_name(path: str) -> bool:
+    """Names of unfinished writes (ours: `x.tmp-<hex>`; others': `x.tmp`): never part of a checkpoint."""
+    base = path.rstrip("/").rsplit("/", 1)[-1]
+    return ".tmp-" in base or base.endswith(".tmp")
+
+
+_ID_UNSAFE_RE = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+def _safe_id(text: str) -> str:
+    return _ID_UNSAFE_RE.sub("_", text)[:128]
+
+
+def vertex_job_id_from_env(env) -> str | None:
+    """The CustomJob id Vertex gives the replica, or None outside Vertex."""
+    value = (env.get(VERTEX_JOB_ID_ENV) or "").strip()
+    return _safe_id(value) if value else None
+
+
+def exit_record_key(attempt: int, vertex_job_id: str | None = None) -> str:
+    """Key below the root of one attempt's exit record.
+
+    With the CustomJob's id the name is unique to that job, so two CustomJobs that ran the same
+    attempt (an ambiguous create that was adopted, a duplicate) never overwrite each other's.
+    Without it (outside Vertex) it is the legacy `exits/attempt-NNNN.json`.
+    """
+    suffix = f"-{_safe_id(vertex_job_id)}" if vertex_job_id else ""
+    return f"{EXITS_DIR_NAME}/attempt-{attempt:04d}{suffix}.json"
+
+
+def exit_record_path(root: str, attempt: int, vertex_job_id: str | None = None) -> str:
+    return join(root, exit_record_key(attempt, vertex_job_id))
+
+
+_LOCAL_JOB = "local"
+
+
+def replica_exits_key(attempt: int, vertex_job_id: str | None = None) -> str:
+    """Folder (below the root) of the per-replica exit records of one attempt's CustomJob."""
+    job = _safe_id(vertex_job_id) if vertex_job_id else _LOCAL_JOB
+    return f"{EXITS_DIR_NAME}/attempt-{attempt:04d}/{job}"
+
+
+def replica_exit_key(attempt: int, vertex_job_id: str | None, replica: str) -> str:
+    return f"{replica_exits_key(attempt, vertex_job_id)}/{_safe_id(replica)}.json"
+
+
+def replica_exit_path(root: str, attempt: int, vertex_job_id: str | None, replica: str) -> str:
+    return join(root, replica_exit_key(attempt, vertex_job_id, replica))
+
+
+def replica_name(task_type: str | None, task_index: int | None, node_rank: int) -> str:
+    """`workerpool1-0` on Vertex (CLUSTER_SPEC's task), `node-3` elsewhere."""
+    if task_type:
+        return f"{task_type}-{task_index or 0}"
+    return f"node-{node_rank}"
+
+
+def list_replica_exit_paths(keys, attempt: int, vertex_job_id: str | None = None) -> list[str]:
+    """Of a listing of keys below the root, the per-replica exit records of one attempt's job."""
+    folder = replica_exits_key(attempt, vertex_job_id) + "/"
+    return sorted(
+        k for k in keys if k.startswith(folder) and "/" not in k[len(folder) :] and k.endswith(".json")
+    )
 
 
 def parse_step_dir(name: str) -> int | None:
@@ -81,6 +196,11 @@ def split_checkpoint_dir(uri: str) -> tuple[str, int]:
 
 def utc_now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def utc_now_ms() -> str:
+    """Millisecond resolution: replica records are ordered by it to find the first to fail."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
 def _require(doc: dict, key: str, kind: type | tuple[type, ...]):
@@ -121,21 +241,27 @@ class CommitMarker:
     attempt: int
     files: tuple[FileEntry, ...] = field(default_factory=tuple)
     wall_time: str = field(default_factory=utc_now)
+    # Measured cost of this checkpoint (optional; older markers have neither): how long the
+    # slowest rank's training loop stalled for it, and seconds from the save's start to its commit.
+    blocking_seconds: float | None = None
+    write_seconds: float | None = None
 
     def to_json(self) -> str:
-        return json.dumps(
-            {
-                "format": CHECKPOINT_FORMAT,
-                "step": self.step,
-                "worldSize": self.world_size,
-                "engine": self.engine,
-                "jobId": self.job_id,
-                "attempt": self.attempt,
-                "wallTime": self.wall_time,
-                "files": [{"path": f.path, "size": f.size, "sha256": f.sha256} for f in self.files],
-            },
-            indent=1,
-        )
+        doc = {
+            "format": CHECKPOINT_FORMAT,
+            "step": self.step,
+            "worldSize": self.world_size,
+            "engine": self.engine,
+            "jobId": self.job_id,
+            "attempt": self.attempt,
+            "wallTime": self.wall_time,
+            "files": [{"path": f.path, "size": f.size, "sha256": f.sha256} for f in self.files],
+        }
+        if self.blocking_seconds is not None:
+            doc["blockingSeconds"] = self.blocking_seconds
+        if self.write_seconds is not None:
+            doc["writeSeconds"] = self.write_seconds
+        return json.dumps(doc, indent=1)
 
     @classmethod
     def from_json(cls, text: str | bytes) -> CommitMarker:
@@ -161,7 +287,27 @@ class CommitMarker:
             attempt=_require(doc, "attempt", int),
             wall_time=_require(doc, "wallTime", str),
             files=tuple(files),
+            blocking_seconds=_optional_seconds(doc, "blockingSeconds"),
+            write_seconds=_optional_seconds(doc, "writeSeconds"),
         )
+
+
+def _optional_seconds(doc: dict, key: str) -> float | None:
+    value = doc.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise LayoutError(f"field {key!r} has the wrong type")
+    return float(value)
+
+
+def _optional(doc: dict, key: str, kind: type | tuple[type, ...]):
+    value = doc.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) and kind is not bool or not isinstance(value, kind):
+        raise LayoutError(f"field {key!r} has the wrong type")
+    return value
 
 
 @dataclass(frozen=True)
@@ -175,27 +321,38 @@ class ExitRecord:
     checkpoint_saved: bool = False
     signal: str | None = None
     time: str = field(default_factory=utc_now)
+    # Optional (absent in older records):
+    vertex_job_id: str | None = None  # the CustomJob that wrote it (CLOUD_ML_JOB_ID)
+    # With reason no_usable_checkpoint: the root searched, and the steps lost if training
+    # restarts from scratch (the newest step a checkpoint existed for, or the resume floor).
+    checkpoint_root: str | None = None
+    steps_lost: int | None = None
 
     def __post_init__(self):
         if self.reason not in EXIT_REASONS:
             raise LayoutError(f"unknown exit reason {self.reason!r}")
 
     def to_json(self) -> str:
-        return json.dumps(
-            {
-                "format": EXIT_FORMAT,
-                "jobId": self.job_id,
-                "attempt": self.attempt,
-                "reason": self.reason,
-                "signal": self.signal,
-                "step": self.step,
-                "lastCommittedStep": self.last_committed_step,
-                "checkpointSaved": self.checkpoint_saved,
-                "exitCode": self.exit_code,
-                "time": self.time,
-            },
-            indent=1,
-        )
+        doc = {
+            "format": EXIT_FORMAT,
+            "jobId": self.job_id,
+            "attempt": self.attempt,
+            "reason": self.reason,
+            "signal": self.signal,
+            "step": self.step,
+            "lastCommittedStep": self.last_committed_step,
+            "checkpointSaved": self.checkpoint_saved,
+            "exitCode": self.exit_code,
+            "time": self.time,
+        }
+        for key, value in (
+            ("vertexJobId", self.vertex_job_id),
+            ("checkpointRoot", self.checkpoint_root),
+            ("stepsLost", self.steps_lost),
+        ):
+            if value is not None:
+                doc[key] = value
+        return json.dumps(doc, indent=1)
 
     @classmethod
     def from_json(cls, text: str | bytes) -> ExitRecord:
@@ -217,7 +374,122 @@ class ExitRecord:
             checkpoint_saved=_require(doc, "checkpointSaved", bool),
             signal=doc.get("signal") if isinstance(doc.get("signal"), (str, type(None))) else _bad("signal"),
             time=_require(doc, "time", str),
+            vertex_job_id=_optional(doc, "vertexJobId", str),
+            checkpoint_root=_optional(doc, "checkpointRoot", str),
+            steps_lost=_optional(doc, "stepsLost", int),
         )
+
+
+@dataclass(frozen=True)
+class QuarantineRecord:
+    """Content of QUARANTINED.json: why a committed checkpoint must never be used again."""
+
+    step: int
+    reason: str  # "sha256_mismatch", "size_mismatch", "missing_file", ...
+    detail: str
+    job_id: str
+    attempt: int
+    time: str = field(default_factory=utc_now)
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "format": QUARANTINE_FORMAT,
+                "step": self.step,
+                "reason": self.reason,
+                "detail": self.detail,
+                "jobId": self.job_id,
+                "attempt": self.attempt,
+                "time": self.time,
+            },
+            indent=1,
+        )
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> QuarantineRecord:
+        doc = _load(text)
+        if doc.get("format") != QUARANTINE_FORMAT:
+            raise LayoutError(f"unknown quarantine format {doc.get('format')!r}")
+        return cls(
+            step=_require(doc, "step", int),
+            reason=_require(doc, "reason", str),
+            detail=_require(doc, "detail", str),
+            job_id=_require(doc, "jobId", str),
+            attempt=_require(doc, "attempt", int),
+            time=_require(doc, "time", str),
+        )
+
+
+@dataclass(frozen=True)
+class ReplicaExit:
+    """Why one replica (one node: workerpoolN-I) of one CustomJob stopped; written by its launcher.
+
+    `signal` is set only when this replica itself received it. `time` has milliseconds so the
+    controller can order the replicas of a gang and find the first one that failed.
+    """
+
+    job_id: str
+    attempt: int
+    replica: str
+    node_rank: int
+    reason: str
+    exit_code: int
+    vertex_job_id: str | None = None
+    signal: str | None = None
+    step: int | None = None
+    detail: str | None = None
+    final: bool = True  # False: written when the stop began; the replica may have died since
+    time: str = field(default_factory=utc_now_ms)
+
+    def __post_init__(self):
+        if self.reason not in REPLICA_EXIT_REASONS:
+            raise LayoutError(f"unknown replica exit reason {self.reason!r}")
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "format": REPLICA_EXIT_FORMAT,
+                "jobId": self.job_id,
+                "attempt": self.attempt,
+                "vertexJobId": self.vertex_job_id,
+                "replica": self.replica,
+                "nodeRank": self.node_rank,
+                "reason": self.reason,
+                "exitCode": self.exit_code,
+                "signal": self.signal,
+                "step": self.step,
+                "detail": self.detail,
+                "final": self.final,
+                "time": self.time,
+            },
+            indent=1,
+        )
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> ReplicaExit:
+        doc = _load(text)
+        if doc.get("format") != REPLICA_EXIT_FORMAT:
+            raise LayoutError(f"unknown replica exit format {doc.get('format')!r}")
+        return cls(
+            job_id=_require(doc, "jobId", str),
+            attempt=_require(doc, "attempt", int),
+            replica=_require(doc, "replica", str),
+            node_rank=_require(doc, "nodeRank", int),
+            reason=_require(doc, "reason", str),
+            exit_code=_require(doc, "exitCode", int),
+            vertex_job_id=_optional(doc, "vertexJobId", str),
+            signal=_optional(doc, "signal", str),
+            step=_optional(doc, "step", int),
+            detail=_optional(doc, "detail", str),
+            final=_require(doc, "final", bool),
+            time=_require(doc, "time", str),
+        )
+
+
+def first_failed_replica(records: list[ReplicaExit]) -> ReplicaExit | None:
+    """The replica whose own ending came first: not `completed`, not a victim (`stopped_by_peer`)."""
+    own = [r for r in records if r.reason not in (REASON_COMPLETED, REASON_STOPPED_BY_PEER)]
+    return min(own, key=lambda r: r.time, default=None)
 
 
 def _bad(key: str):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 
@@ -14,8 +15,15 @@ from trainer.config import JobIdentity, TrainConfig
 from trainer.data import ResumableSampler, collate
 from trainer.engines import build_engine
 from trainer.factories import load_factory
-from trainer.preemption import PreemptionFlag, broadcast_decision, emergency_save_fits, exchange_step_signals
-from trainer.storage import read_exit_record, write_exit_record
+from trainer.node_status import REPLICA_ENV
+from trainer.preemption import (
+    PreemptionFlag,
+    any_rank,
+    broadcast_decision,
+    emergency_save_fits,
+    exchange_step_signals,
+)
+from trainer.storage import read_exit_record, write_exit_record, write_replica_exit
 
 
 @dataclass
@@ -91,7 +99,7 @@ def train(
             and rank == 0
             and time.monotonic() - last_checkpoint_time >= cfg.checkpoint_every_seconds
         )
-        signals = exchange_step_signals(flag.requested, time_due, device)
+        signals = exchange_step_signals(flag, time_due, device)
         if signals.stop:
             return stop_for_preemption(
                 cfg, identity, step, engine, checkpointer, trainer_state(), flag, device, log
@@ -112,7 +120,7 @@ def train(
         record(
             cfg,
             identity,
-            "completed",
+            layout.REASON_COMPLETED,
             layout.EXIT_OK,
             step,
             checkpointer.last_committed_step,
@@ -130,32 +138,77 @@ def train(
 
 
 def stop_for_preemption(cfg, identity, step, engine, checkpointer, state, flag, device, log) -> int:
-    """Every rank arrives here at the same step. Save if the grace budget allows, then exit."""
-    checkpointer.wait()  # a background save may just have committed a newer checkpoint
-    saved = checkpointer.last_committed_step == step
-    if not saved and checkpointer.store is not None:
-        seconds_left = flag.seconds_left(cfg.grace_seconds)
-        fits = emergency_save_fits(seconds_left, checkpointer.last_save_seconds)
+    """Every rank arrives here at the same step, with the same grace clock (the gang's first
+    signal). The exit record goes out first, so a SIGKILL at any later point still leaves one
+    that says `preempted`; then every wait is bounded by what is left of the grace budget."""
+    rank = dist.get_rank()
+    signal_name = flag.signal_name or "SIGTERM"
+    first_reported = checkpointer.last_committed_step
+    if rank == 0:
+        safe_record(
+            cfg,
+            identity,
+            layout.REASON_PREEMPTED,
+            layout.EXIT_PREEMPTED_UNSAVED,
+            step,
+            checkpointer.last_committed_step,
+            log,
+            saved=False,
+            signal=signal_name,
+        )
+    report_replica_stop(cfg, identity, flag, step, log)
+
+    def seconds_left() -> float:
+        return flag.seconds_left(cfg.grace_seconds)
+
+    saved, abandoned = False, False
+    try:
+        checkpointer.wait(timeout=seconds_left())  # a background save may just commit a newer one
+    except RuntimeError as exc:
+        log.warning("checkpoint in flight failed", error=str(exc.__cause__ or exc))
+    # Ranks whose waits ended differently must still take the same path through the collectives.
+    if any_rank(checkpointer.busy, device):
+        abandoned = True
+    else:
+        saved = checkpointer.last_committed_step == step
+    if not saved and not abandoned and checkpointer.store is not None:
+        left = seconds_left()
+        fits = emergency_save_fits(left, checkpointer.last_save_seconds)
         if broadcast_decision(fits, device):
-            result = checkpointer.save(step, engine, state, blocking=True)
-            saved = bool(result and result.committed)
+            try:
+                # A step already committed (or one that cannot be saved) answers at once.
+                result = checkpointer.save(step, engine, state, blocking=False)
+                result = result or checkpointer.wait(timeout=seconds_left())
+                abandoned = checkpointer.busy
+                saved = bool(result and result.committed)
+            except RuntimeError as exc:
+                log.warning("emergency checkpoint failed", error=str(exc.__cause__ or exc))
         else:
             log.warning(
                 "emergency checkpoint skipped: does not fit the grace budget",
-                seconds_left=round(seconds_left, 2),
+                seconds_left=round(left, 2),
                 estimate_seconds=checkpointer.last_save_seconds,
             )
+    if abandoned:
+        log.warning(
+            "emergency checkpoint abandoned: grace budget spent",
+            step=step,
+            grace_seconds=cfg.grace_seconds,
+            seconds_since_first_signal=round(cfg.grace_seconds - seconds_left(), 2),
+        )
     code = layout.EXIT_PREEMPTED_SAVED if saved else layout.EXIT_PREEMPTED_UNSAVED
-    if dist.get_rank() == 0:
-        record(
+    # The first record already says "not saved"; rewrite it if that or its last commit changed.
+    if rank == 0 and (saved or checkpointer.last_committed_step != first_reported):
+        safe_record(
             cfg,
             identity,
-            "preempted",
+            layout.REASON_PREEMPTED,
             code,
             step,
             checkpointer.last_committed_step,
-            saved=saved,
-            signal=flag.signal_name or "SIGTERM",
+            log,
+            saved=True,
+            signal=signal_name,
         )
     log.warning(
         "preempted",
@@ -168,6 +221,34 @@ def stop_for_preemption(cfg, identity, step, engine, checkpointer, state, flag, 
     return code
 
 
+def report_replica_stop(cfg, identity: JobIdentity, flag, step: int, log) -> None:
+    """The first worker of each node leaves a provisional record for its replica now; the
+    launcher replaces it with the final one when every worker is gone (if it lives that long)."""
+    replica = os.environ.get(REPLICA_ENV)
+    if not cfg.checkpoint_uri or not replica or os.environ.get("LOCAL_RANK", "0") != "0":
+        return
+    own = flag.requested
+    try:
+        write_replica_exit(
+            cfg.checkpoint_uri,
+            layout.ReplicaExit(
+                job_id=identity.job_id,
+                attempt=identity.attempt,
+                vertex_job_id=identity.vertex_job_id,
+                replica=replica,
+                node_rank=int(os.environ.get("GROUP_RANK", "0")),
+                reason=layout.REASON_PREEMPTED if own else layout.REASON_STOPPED_BY_PEER,
+                exit_code=layout.EXIT_PREEMPTED_UNSAVED,
+                signal=(flag.signal_name or "SIGTERM") if own else None,
+                step=step,
+                detail=None if own else "another replica was signalled; the gang stops together",
+                final=False,
+            ),
+        )
+    except Exception as exc:  # the attempt's record matters more; never fail the stop for this
+        log.warning("could not write the replica exit record", error=str(exc))
+
+
 def mean_over_ranks(value: torch.Tensor) -> float:
     total = value.detach().clone().float()
     dist.all_reduce(total)
@@ -175,7 +256,15 @@ def mean_over_ranks(value: torch.Tensor) -> float:
 
 
 def record(
-    cfg, identity: JobIdentity, reason: str, code: int, step, last_committed, saved=False, signal=None
+    cfg,
+    identity: JobIdentity,
+    reason: str,
+    code: int,
+    step,
+    last_committed,
+    saved=False,
+    signal=None,
+    **extra,
 ):
     if not cfg.checkpoint_uri:
         return
@@ -190,14 +279,23 @@ def record(
             last_committed_step=last_committed,
             checkpoint_saved=saved,
             signal=signal,
+            vertex_job_id=identity.vertex_job_id,
+            **extra,
         ),
     )
+
+
+def safe_record(cfg, identity, reason, code, step, last_committed, log, saved=False, signal=None) -> None:
+    try:
+        record(cfg, identity, reason, code, step, last_committed, saved=saved, signal=signal)
+    except Exception as exc:  # the exit code still tells the story
+        log.error("could not write exit record", error=str(exc))
 
 
 def log_resume(cfg, identity: JobIdentity, step: int, log) -> None:
     previous = None
     if cfg.checkpoint_uri and identity.attempt > 1:
-        previous = read_exit_record(cfg.checkpoint_uri, identity.attempt - 1)
+        previous = read_exit_record(cfg.checkpoint_uri, identity.attempt - 1)  # legacy name: any job
     reached = previous.step if previous and previous.step is not None else None
     log.info(
         "resumed",

@@ -11,6 +11,8 @@ import os
 from dataclasses import dataclass
 
 ENV_VAR = "RELAUNCH_NODE_STATUS_DIR"
+# Set by the launcher for its workers: this replica's name in exit records (workerpoolN-I, node-K).
+REPLICA_ENV = "RELAUNCH_REPLICA"
 
 
 @dataclass(frozen=True)
@@ -18,6 +20,8 @@ class WorkerOutcome:
     local_rank: int
     exit_code: int
     exit_record_written: bool
+    reason: str | None = None  # why this worker stopped (a replica exit reason)
+    signalled: bool = False  # this worker itself received SIGTERM
 
 
 class NodeStatus:
@@ -39,8 +43,23 @@ class NodeStatus:
     def mark_started(self, local_rank: int) -> None:
         self._write(f"started-{local_rank}", {"pid": os.getpid()})
 
-    def mark_exited(self, local_rank: int, exit_code: int, exit_record_written: bool) -> None:
-        self._write(f"exit-{local_rank}", {"exitCode": exit_code, "exitRecordWritten": exit_record_written})
+    def mark_exited(
+        self,
+        local_rank: int,
+        exit_code: int,
+        exit_record_written: bool,
+        reason: str | None = None,
+        signalled: bool = False,
+    ) -> None:
+        self._write(
+            f"exit-{local_rank}",
+            {
+                "exitCode": exit_code,
+                "exitRecordWritten": exit_record_written,
+                "reason": reason,
+                "signalled": signalled,
+            },
+        )
 
     def any_started(self) -> bool:
         return bool(self.directory) and any(n.startswith("started-") for n in os.listdir(self.directory))
@@ -52,7 +71,15 @@ class NodeStatus:
             try:
                 with open(os.path.join(self.directory or "", f"exit-{local_rank}")) as fh:
                     doc = json.load(fh)
-                found.append(WorkerOutcome(local_rank, int(doc["exitCode"]), bool(doc["exitRecordWritten"])))
+                found.append(
+                    WorkerOutcome(
+                        local_rank,
+                        int(doc["exitCode"]),
+                        bool(doc["exitRecordWritten"]),
+                        doc.get("reason"),
+                        bool(doc.get("signalled")),
+                    )
+                )
             except (OSError, ValueError, KeyError):
                 found.append(None)
         return found

@@ -15,7 +15,9 @@ from dataclasses import dataclass
 class PreemptionFlag:
     def __init__(self):
         self.signal_name: str | None = None
-        self.received_at: float | None = None  # time.monotonic() of the first signal
+        self.received_at: float | None = None  # time.monotonic() of this rank's first signal
+        # time.monotonic() (this rank's clock) of the first signal ANY rank got, once known.
+        self.gang_received_at: float | None = None
 
     def install(self, signals=(signal.SIGTERM,)) -> PreemptionFlag:
         for sig in signals:
@@ -31,9 +33,21 @@ class PreemptionFlag:
     def requested(self) -> bool:
         return self.received_at is not None
 
+    def seconds_since_signal(self) -> float:
+        """Seconds since this rank's first signal, or -1 without one."""
+        return time.monotonic() - self.received_at if self.received_at is not None else -1.0
+
+    def adopt_gang_elapsed(self, seconds_since_first: float) -> None:
+        """Anchor the grace clock at the earliest signal of the gang (elapsed times need no
+        synchronised clocks: each rank measures its own, the all-reduce keeps the largest)."""
+        if seconds_since_first >= 0 and self.gang_received_at is None:
+            self.gang_received_at = time.monotonic() - seconds_since_first
+
     def seconds_left(self, grace_seconds: float) -> float:
-        """Grace budget still available, counted from this rank's first signal (or from now)."""
-        started = self.received_at if self.received_at is not None else time.monotonic()
+        """Grace budget still available, counted from the gang's first signal (else this rank's, else now)."""
+        started = self.gang_received_at
+        if started is None:
+            started = self.received_at if self.received_at is not None else time.monotonic()
         return grace_seconds - (time.monotonic() - started)
 
 
@@ -41,17 +55,25 @@ class PreemptionFlag:
 class StepSignals:
     stop: bool  # some rank was asked to terminate
     checkpoint_due: bool  # rank 0's clock says a time-based checkpoint is due
+    seconds_since_first_signal: float  # on the rank signalled first; -1 if none was
 
 
-def exchange_step_signals(stop_requested: bool, checkpoint_due: bool, device) -> StepSignals:
-    """One tiny all-reduce (MAX) per step so every rank takes the same decisions."""
+def exchange_step_signals(flag: PreemptionFlag, checkpoint_due: bool, device) -> StepSignals:
+    """One tiny all-reduce (MAX) per step so every rank takes the same decisions, with the same
+    grace clock: the largest "seconds since my signal" is the time since the gang's first one."""
     import torch
     import torch.distributed as dist
 
-    flags = torch.tensor([int(stop_requested), int(checkpoint_due)], dtype=torch.int32, device=device)
+    flags = torch.tensor(
+        [float(flag.requested), float(checkpoint_due), flag.seconds_since_signal()],
+        dtype=torch.float64,
+        device=device,
+    )
     dist.all_reduce(flags, op=dist.ReduceOp.MAX)
-    stop, due = flags.tolist()
-    return StepSignals(stop=bool(stop), checkpoint_due=bool(due))
+    stop, due, elapsed = flags.tolist()
+    if stop:
+        flag.adopt_gang_elapsed(elapsed)
+    return StepSignals(stop=bool(stop), checkpoint_due=bool(due), seconds_since_first_signal=elapsed)
 
 
 def emergency_save_fits(
@@ -76,4 +98,14 @@ def broadcast_decision(decision: bool, device) -> bool:
 
     flag = torch.tensor([int(decision)], dtype=torch.int32, device=device)
     dist.broadcast(flag, src=0)
+    return bool(flag.item())
+
+
+def any_rank(value: bool, device) -> bool:
+    """True on every rank if it is True on any rank."""
+    import torch
+    import torch.distributed as dist
+
+    flag = torch.tensor([int(value)], dtype=torch.int32, device=device)
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
     return bool(flag.item())

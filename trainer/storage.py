@@ -36,6 +36,9 @@ class Storage(Protocol):
     def list_files(self, prefix: str = "") -> list[str]: ...
     def list_dirs(self, prefix: str = "") -> list[str]: ...
     def delete_prefix(self, prefix: str) -> None: ...
+    def delete(self, key: str) -> None: ...
+    def move_prefix(self, src: str, dst: str) -> None: ...
+    def list_temp_files(self, prefix: str = "") -> list[str]: ...
 
 
 def open_storage(uri: str) -> Storage:
@@ -120,9 +123,32 @@ class LocalStorage:
         out = []
         for dirpath, _dirs, files in os.walk(base):
             for name in files:
+                if layout.is_temp_name(name):
+                    continue  # an unfinished write (ours, or one killed mid-way): not an object
                 rel = os.path.relpath(os.path.join(dirpath, name), self.root)
                 out.append(rel.replace(os.sep, "/"))
         return sorted(out)
+
+    def list_temp_files(self, prefix: str = "") -> list[str]:
+        """Leftovers of writes that never finished (a killed process), below a prefix."""
+        out = []
+        for dirpath, _dirs, files in os.walk(self._path(prefix)):
+            for name in files:
+                if layout.is_temp_name(name):
+                    out.append(os.path.relpath(os.path.join(dirpath, name), self.root).replace(os.sep, "/"))
+        return sorted(out)
+
+    def delete(self, key: str) -> None:
+        try:
+            os.unlink(self._path(key))
+        except FileNotFoundError:
+            pass
+
+    def move_prefix(self, src: str, dst: str) -> None:
+        # One rename: readers see the directory at the old name or the new one, never half of it.
+        target = self._path(dst)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        os.rename(self._path(src), target)
 
     def list_dirs(self, prefix: str = "") -> list[str]:
         base = self._path(prefix)
@@ -184,8 +210,13 @@ class GcsStorage:
         blob.upload_from_filename(local_path)
 
     def download_file(self, key: str, local_path: str) -> None:
+        from google.api_core import exceptions
+
         os.makedirs(os.path.dirname(os.path.abspath(local_path)), exist_ok=True)
-        self.bucket.blob(self._name(key)).download_to_filename(local_path)
+        try:
+            self.bucket.blob(self._name(key)).download_to_filename(local_path)
+        except exceptions.NotFound as exc:  # a missing shard, told apart from a failed read
+            raise FileNotFoundError(self._name(key)) from exc
 
     def create_only(self, key: str, data: bytes) -> bool:
         from google.api_core import exceptions
@@ -218,6 +249,38 @@ class GcsStorage:
             except Exception:  # best effort: a leftover shard is harmless
                 pass
 
+    def list_temp_files(self, prefix: str = "") -> list[str]:
+        return []  # GCS objects appear whole at the end of their upload: no temp names
+
+    def delete(self, key: str) -> None:
+        from google.api_core import exceptions
+
+        try:
+            self.bucket.blob(self._name(key)).delete()
+        except exceptions.NotFound:
+            pass
+
+    def move_prefix(self, src: str, dst: str) -> None:
+        # GCS has no rename: copy every object (server side), then delete the originals. The
+        # quarantine marker is deleted last and the commit marker first, so a move cut short
+        # leaves a directory that is still quarantined or not committed, never a trusted one.
+        start = len(self.prefix) + 1 if self.prefix else 0
+        keys = [b.name[start:] for b in self.client.list_blobs(self.bucket, prefix=self._dir_name(src))]
+        src_dir = src.strip("/") + "/"
+        for key in keys:
+            self.bucket.copy_blob(
+                self.bucket.blob(self._name(key)), self.bucket, self._name(dst + "/" + key[len(src_dir) :])
+            )
+
+        def order(key: str) -> int:
+            name = key.rsplit("/", 1)[-1]
+            return (
+                0 if name == layout.COMMIT_MARKER_NAME else 2 if name == layout.QUARANTINE_MARKER_NAME else 1
+            )
+
+        for key in sorted(keys, key=order):
+            self.delete(key)
+
 
 def read_marker(store: Storage, step: int) -> layout.CommitMarker | None:
     """The valid commit marker of one step, or None (absent, unreadable, or for another step)."""
@@ -229,6 +292,38 @@ def read_marker(store: Storage, step: int) -> layout.CommitMarker | None:
     return marker if marker.step == step else None
 
 
+def read_quarantine(store: Storage, step: int) -> layout.QuarantineRecord | None:
+    """The quarantine marker of one step, or None if that step is not quarantined."""
+    key = layout.quarantine_marker_path(layout.step_dir_name(step))
+    try:
+        data = store.read_bytes(key)
+    except FileNotFoundError:
+        return None
+    try:
+        return layout.QuarantineRecord.from_json(data)
+    except layout.LayoutError:
+        # Garbled, but someone meant to quarantine this step: it stays quarantined.
+        return layout.QuarantineRecord(step, "unreadable_marker", "QUARANTINED.json is garbled", "", 0)
+
+
+def is_quarantined(store: Storage, step: int) -> bool:
+    return read_quarantine(store, step) is not None
+
+
+def quarantine(store: Storage, record: layout.QuarantineRecord) -> bool:
+    """Mark a step unusable (create-only). False if it already was."""
+    key = layout.quarantine_marker_path(layout.step_dir_name(record.step))
+    return store.create_only(key, record.to_json().encode())
+
+
+def read_usable_marker(store: Storage, step: int) -> layout.CommitMarker | None:
+    """The commit marker of a step that is committed and not quarantined, else None."""
+    marker = read_marker(store, step)
+    if marker is None or is_quarantined(store, step):
+        return None
+    return marker
+
+
 def list_step_dirs(store: Storage) -> list[int]:
     """Steps of every checkpoint directory under the root, committed or not."""
     steps = (layout.parse_step_dir(name) for name in store.list_dirs(""))
@@ -236,31 +331,67 @@ def list_step_dirs(store: Storage) -> list[int]:
 
 
 def list_committed_steps(root: str | Storage) -> list[int]:
+    """Steps with a valid commit marker and no quarantine marker: the checkpoints anyone may use."""
     store = open_storage(root) if isinstance(root, str) else root
-    return [s for s in list_step_dirs(store) if read_marker(store, s) is not None]
+    return [s for s in list_step_dirs(store) if read_usable_marker(store, s) is not None]
+
+
+def list_quarantined_steps(root: str | Storage) -> list[int]:
+    store = open_storage(root) if isinstance(root, str) else root
+    return [s for s in list_step_dirs(store) if is_quarantined(store, s)]
 
 
 def latest_committed(root: str | Storage, at_or_below: int | None = None) -> layout.CommitMarker | None:
-    """The newest checkpoint with a valid marker (at or below a step, if given)."""
+    """The newest usable checkpoint (committed, not quarantined), at or below a step if given."""
     store = open_storage(root) if isinstance(root, str) else root
     for step in reversed(list_step_dirs(store)):
         if at_or_below is not None and step > at_or_below:
             continue
-        marker = read_marker(store, step)
+        marker = read_usable_marker(store, step)
         if marker is not None:
             return marker
     return None
 
 
-def read_exit_record(root: str | Storage, attempt: int) -> layout.ExitRecord | None:
+def read_exit_record(
+    root: str | Storage, attempt: int, vertex_job_id: str | None = None
+) -> layout.ExitRecord | None:
+    """An attempt's exit record: the one keyed by its CustomJob id if given, else the legacy name."""
     store = open_storage(root) if isinstance(root, str) else root
-    key = f"{layout.EXITS_DIR_NAME}/attempt-{attempt:04d}.json"
     try:
-        return layout.ExitRecord.from_json(store.read_bytes(key))
+        return layout.ExitRecord.from_json(store.read_bytes(layout.exit_record_key(attempt, vertex_job_id)))
     except (FileNotFoundError, layout.LayoutError):
         return None
 
 
 def write_exit_record(root: str | Storage, record: layout.ExitRecord) -> None:
+    """Write the record under its CustomJob's own name and, for readers that do not know the id
+    yet, under the legacy `exits/attempt-NNNN.json` (last writer wins there)."""
     store = open_storage(root) if isinstance(root, str) else root
-    store.write_bytes(f"{layout.EXITS_DIR_NAME}/attempt-{record.attempt:04d}.json", record.to_json().encode())
+    data = record.to_json().encode()
+    if record.vertex_job_id:
+        store.write_bytes(layout.exit_record_key(record.attempt, record.vertex_job_id), data)
+    store.write_bytes(layout.exit_record_key(record.attempt), data)
+
+
+def write_replica_exit(root: str | Storage, record: layout.ReplicaExit) -> None:
+    store = open_storage(root) if isinstance(root, str) else root
+    key = layout.replica_exit_key(record.attempt, record.vertex_job_id, record.replica)
+    store.write_bytes(key, record.to_json().encode())
+
+
+def read_replica_exits(
+    root: str | Storage, attempt: int, vertex_job_id: str | None = None
+) -> list[layout.ReplicaExit]:
+    """Every replica's exit record of one attempt's CustomJob (garbled ones skipped)."""
+    store = open_storage(root) if isinstance(root, str) else root
+    keys = layout.list_replica_exit_paths(
+        store.list_files(layout.replica_exits_key(attempt, vertex_job_id)), attempt, vertex_job_id
+    )
+    out = []
+    for key in keys:
+        try:
+            out.append(layout.ReplicaExit.from_json(store.read_bytes(key)))
+        except (FileNotFoundError, layout.LayoutError):
+            continue
+    return out

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
+from dataclasses import dataclass
 from datetime import timedelta
 
 from trainer import layout
@@ -32,48 +33,96 @@ def main(argv: list[str] | None = None) -> None:
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     status = NodeStatus.from_env()
     status.mark_started(local_rank)
-    code, record_written = run(sys.argv[1:] if argv is None else argv, flag)
-    status.mark_exited(local_rank, code, record_written)
+    outcome = run(sys.argv[1:] if argv is None else argv, flag)
+    status.mark_exited(local_rank, outcome.code, outcome.record_written, outcome.reason, flag.requested)
     sys.stdout.flush()
     sys.stderr.flush()
     # Skip interpreter teardown: lingering communicator threads must not turn an exit code into a hang.
-    os._exit(code)
+    os._exit(outcome.code)
 
 
-def run(argv: list[str], flag: PreemptionFlag) -> tuple[int, bool]:
-    """Train; return (exit code, whether this process wrote the attempt's exit record)."""
+@dataclass(frozen=True)
+class Outcome:
+    code: int
+    record_written: bool  # this process wrote the attempt's exit record
+    reason: str  # a layout.REPLICA_EXIT_REASONS value, for this replica's own record
+
+
+# Texts of the errors gloo / NCCL / the c10d store raise when the other end of the gang is gone.
+_PEER_LOSS_TEXTS = (
+    "connection closed by peer",
+    "connection reset by peer",
+    "broken pipe",
+    "socket timeout",
+    "communicator was aborted",
+    "connection refused",
+)
+
+
+def looks_like_peer_loss(exc: BaseException) -> bool:
+    """Whether an exception means "the gang broke" rather than "this rank's own code failed"."""
+    try:
+        import torch.distributed as dist
+
+        if isinstance(exc, getattr(dist, "DistNetworkError", ())):
+            return True
+    except ImportError:
+        pass
+    text = f"{type(exc).__name__}: {exc}".lower()
+    return any(marker in text for marker in _PEER_LOSS_TEXTS)
+
+
+def run(argv: list[str], flag: PreemptionFlag) -> Outcome:
+    """Train; say how it ended and whether this process wrote the attempt's exit record."""
     from trainer import logs
 
     rank = int(os.environ.get("RANK", "0"))
-    log = logs.configure(verbose=rank == 0, rank=rank)
+    log = logs.configure(
+        verbose=rank == 0,
+        rank=rank,
+        local_rank=int(os.environ.get("LOCAL_RANK", "0")),
+        node_rank=int(os.environ.get("GROUP_RANK", "0")),
+    )
     try:
         cfg = parse_config(argv)
         identity = JobIdentity.from_env()
     except ConfigError as exc:
         log.error("configuration error", error=str(exc))
-        return layout.EXIT_CONFIG, False
+        return Outcome(layout.EXIT_CONFIG, False, layout.REASON_CONFIG_ERROR)
 
+    from trainer.checkpoint import NoUsableCheckpoint
     from trainer.loop import Progress, record, train
 
     progress = Progress()
+    extra: dict = {}
     try:
         device = init_distributed()
         code = train(cfg, identity, device, flag, progress, log)
-        return code, rank == 0 and bool(cfg.checkpoint_uri)
+        reason = layout.REASON_OF_EXIT_CODE[code]
+        if reason == layout.REASON_PREEMPTED and not flag.requested:
+            reason = layout.REASON_STOPPED_BY_PEER  # the gang stopped for another replica's signal
+        return Outcome(code, rank == 0 and bool(cfg.checkpoint_uri), reason)
     except ConfigError as exc:
-        code, reason = layout.EXIT_CONFIG, "config_error"
+        code, reason = layout.EXIT_CONFIG, layout.REASON_CONFIG_ERROR
         log.error("configuration error", error=str(exc))
+    except NoUsableCheckpoint as exc:
+        code, reason = layout.EXIT_NO_USABLE_CHECKPOINT, layout.REASON_NO_USABLE_CHECKPOINT
+        extra = {"checkpoint_root": exc.root, "steps_lost": exc.steps_lost}
+        log.error("no usable checkpoint", error=str(exc), checkpoint_root=exc.root, steps_lost=exc.steps_lost)
     except Exception as exc:  # every other failure is a runtime error (exit 70)
-        code, reason = layout.EXIT_RUNTIME, "runtime_error"
+        code, reason = layout.EXIT_RUNTIME, layout.REASON_RUNTIME_ERROR
         log.exception("training failed", error=f"{type(exc).__name__}: {exc}", step=progress.step)
+        if looks_like_peer_loss(exc):
+            reason = layout.REASON_STOPPED_BY_PEER
     written = False
     if rank == 0:
+        attempt_reason = layout.REASON_OF_EXIT_CODE[code]
         try:
-            record(cfg, identity, reason, code, progress.step, progress.last_committed_step)
+            record(cfg, identity, attempt_reason, code, progress.step, progress.last_committed_step, **extra)
             written = bool(cfg.checkpoint_uri)
         except Exception as exc:  # the exit code still tells the story
             log.error("could not write exit record", error=str(exc))
-    return code, written
+    return Outcome(code, written, reason)
 
 
 def init_distributed():

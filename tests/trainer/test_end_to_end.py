@@ -33,6 +33,10 @@ def preempt_at(start_gang, args, step: int, root: str, attempt: int, **kw) -> No
     assert (exit_record.reason, exit_record.step, exit_record.checkpoint_saved) == ("preempted", step, True)
     assert exit_record.last_committed_step == step and exit_record.signal == "SIGTERM"
     assert storage.latest_committed(root).step == step
+    # Every replica (node) left its own final record, saying it was signalled itself.
+    replicas = storage.read_replica_exits(root, attempt)
+    assert sorted(r.replica for r in replicas) == [f"node-{i}" for i in range(len(gang.nodes))]
+    assert all((r.reason, r.exit_code, r.final) == ("preempted", 75, True) for r in replicas)
 
 
 def check_exact_resume(start_gang, tmp_path, args, steps, **kw):

@@ -20,16 +20,20 @@ def test_kill_during_upload_leaves_previous_checkpoint_as_the_one_resumed(start_
     step8 = tmp_path / "ckpt" / layout.step_dir_name(8)
     assert (step8 / "rank-00000.pt").exists() and not (step8 / layout.COMMIT_MARKER_NAME).exists()
     assert storage.list_committed_steps(root) == [4]
+    # What a local write killed mid-way leaves, and a file no rank of the next attempt writes.
+    (step8 / "rank-00001.pt.tmp-0123456789abcdef").write_bytes(b"half a shard")
+    (step8 / "stray.bin").write_bytes(b"from an older attempt")
 
     gang = start_gang(args, attempt=2, checkpoint_uri=root)
     assert gang.wait() == [0], gang.chief.output()
     assert gang.chief.wait_for("resumed")["from_step"] == 4
     assert gang.chief.wait_for("training completed")["step"] == 10
-    # The leftover was either rebuilt and committed by attempt 2, or cleaned up; never trusted as is.
-    assert (
-        8 not in storage.list_step_dirs(storage.open_storage(root))
-        or storage.read_marker(storage.open_storage(root), 8).attempt == 2
-    )
+    # The leftover was rebuilt and committed by attempt 2, holding exactly its manifest.
+    marker = storage.read_marker(storage.open_storage(root), 8)
+    assert marker.attempt == 2
+    assert not any(layout.is_temp_name(f.path) for f in marker.files)
+    on_disk = sorted(str(p.relative_to(step8)) for p in step8.rglob("*") if p.is_file())
+    assert on_disk == sorted([f.path for f in marker.files] + [layout.COMMIT_MARKER_NAME])
 
 
 @pytest.mark.parametrize("present_node", [0, 1])
@@ -73,3 +77,18 @@ def test_exception_in_training_loop_exits_70_with_runtime_error_record(start_gan
     record = storage.read_exit_record(root, 1)
     assert (record.reason, record.exit_code) == ("runtime_error", 70)
     assert "synthetic failure in the model" in gang.chief.output()
+
+
+def test_a_replica_whose_peer_died_says_so_in_its_own_exit_record(start_gang, tmp_path):
+    root = f"file://{tmp_path}/ckpt"
+    env = {"RELAUNCH_TEST_HOLD_AT_STEP": "3", "RELAUNCH_TEST_HOLD_RANK": "1"}
+    gang = start_gang(["--steps", "6", *TINY], nodes=2, nproc=1, checkpoint_uri=root, env=env)
+    gang.nodes[1].wait_for("test hook: holding for SIGTERM", step=3)
+    gang.nodes[1].kill_tree()  # node 1 vanishes (kill -9): it leaves no record of its own
+    assert gang.chief.wait() == layout.EXIT_RUNTIME, gang.chief.output()
+
+    (survivor,) = storage.read_replica_exits(root, 1)
+    assert (survivor.replica, survivor.reason, survivor.exit_code) == ("node-0", "stopped_by_peer", 70)
+    assert survivor.signal is None and survivor.final
+    assert layout.first_failed_replica([survivor]) is None  # node 0 did not fail on its own
+    assert storage.read_exit_record(root, 1).reason == "runtime_error"

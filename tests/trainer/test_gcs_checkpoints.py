@@ -52,3 +52,25 @@ def test_training_checkpoints_to_gcs_and_resumes_from_there(bucket_uri, start_ga
     assert gang.chief.wait_for("resumed")["from_step"] == 5
     assert storage.latest_committed(bucket_uri).step == 8
     assert storage.read_exit_record(bucket_uri, 2).reason == "completed"
+
+
+def test_gcs_quarantine_hides_a_step_and_moving_it_aside_keeps_the_evidence(bucket_uri, tmp_path):
+    store = storage.open_storage(bucket_uri)
+    for step in (2, 4):
+        store.write_bytes(f"{layout.step_dir_name(step)}/rank-00000.pt", b"shard")
+        marker = layout.CommitMarker(step=step, world_size=1, engine="ddp", job_id="j", attempt=1)
+        assert store.create_only(
+            layout.commit_marker_path(layout.step_dir_name(step)), marker.to_json().encode()
+        )
+    record = layout.QuarantineRecord(step=4, reason="missing_file", detail="rank 0", job_id="j", attempt=2)
+    assert storage.quarantine(store, record)
+    assert storage.latest_committed(bucket_uri).step == 2 and storage.list_quarantined_steps(store) == [4]
+    # A missing shard reads as missing (a reason to quarantine), not as an unreachable store.
+    with pytest.raises(FileNotFoundError):
+        store.download_file("step-0000000004/absent.pt", str(tmp_path / "absent.pt"))
+
+    store.move_prefix(layout.step_dir_name(4), "quarantine/step-0000000004-a0002-ab")
+    assert store.list_dirs("") == ["quarantine", layout.step_dir_name(2)]
+    moved = storage.open_storage(bucket_uri + "/quarantine/step-0000000004-a0002-ab")
+    assert layout.QuarantineRecord.from_json(moved.read_bytes(layout.QUARANTINE_MARKER_NAME)) == record
+    assert moved.read_bytes("rank-00000.pt") == b"shard"

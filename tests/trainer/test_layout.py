@@ -104,3 +104,99 @@ def test_layout_and_storage_do_not_import_torch():
 
     code = "import sys, trainer, trainer.layout, trainer.storage; sys.exit('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0
+
+
+def test_no_usable_checkpoint_has_its_own_exit_code_and_reason():
+    assert layout.EXIT_NO_USABLE_CHECKPOINT == 65
+    assert layout.REASON_OF_EXIT_CODE[65] == "no_usable_checkpoint" == layout.REASON_NO_USABLE_CHECKPOINT
+    codes = [v for k, v in vars(layout).items() if k.startswith("EXIT_") and isinstance(v, int)]
+    assert len(codes) == len(set(codes))  # no two outcomes share a code
+    record = layout.ExitRecord(
+        job_id="j",
+        attempt=3,
+        reason="no_usable_checkpoint",
+        exit_code=65,
+        checkpoint_root="gs://b/jobs/j",
+        steps_lost=120,
+        vertex_job_id="987",
+    )
+    doc = json.loads(record.to_json())
+    assert (doc["checkpointRoot"], doc["stepsLost"], doc["vertexJobId"]) == ("gs://b/jobs/j", 120, "987")
+    assert layout.ExitRecord.from_json(record.to_json()) == record
+
+
+def test_optional_fields_may_be_absent_from_older_documents():
+    old_record = layout.ExitRecord(job_id="j", attempt=1, reason="completed", exit_code=0)
+    assert "stepsLost" not in json.loads(old_record.to_json())
+    assert layout.ExitRecord.from_json(old_record.to_json()).steps_lost is None
+    old_marker = layout.CommitMarker(step=1, world_size=1, engine="ddp", job_id="j", attempt=1)
+    assert not {"blockingSeconds", "writeSeconds"} & set(json.loads(old_marker.to_json()))
+    assert layout.CommitMarker.from_json(old_marker.to_json()).write_seconds is None
+    costly = layout.CommitMarker(
+        step=1, world_size=1, engine="ddp", job_id="j", attempt=1, blocking_seconds=0.25, write_seconds=3.5
+    )
+    assert layout.CommitMarker.from_json(costly.to_json()) == costly
+    doc = json.loads(costly.to_json())
+    doc["writeSeconds"] = "3.5"
+    with pytest.raises(layout.LayoutError):
+        layout.CommitMarker.from_json(json.dumps(doc))
+
+
+def test_exit_records_are_keyed_by_the_vertex_job_so_jobs_never_overwrite_each_other():
+    assert layout.exit_record_path("gs://b/r", 3) == "gs://b/r/exits/attempt-0003.json"
+    assert layout.exit_record_path("gs://b/r", 3, "4455") == "gs://b/r/exits/attempt-0003-4455.json"
+    assert layout.vertex_job_id_from_env({"CLOUD_ML_JOB_ID": "4455"}) == "4455"
+    assert layout.vertex_job_id_from_env({"CLOUD_ML_JOB_ID": "a/../b"}) == "a_.._b"  # stays one name
+    assert layout.vertex_job_id_from_env({}) is None
+    assert layout.replica_exit_path("gs://b/r", 3, "4455", "workerpool1-0") == (
+        "gs://b/r/exits/attempt-0003/4455/workerpool1-0.json"
+    )
+    assert layout.replica_exit_key(3, None, "node-1") == "exits/attempt-0003/local/node-1.json"
+    keys = [
+        "exits/attempt-0003-4455.json",
+        "exits/attempt-0003/4455/workerpool0-0.json",
+        "exits/attempt-0003/4455/workerpool1-0.json",
+        "exits/attempt-0003/9999/workerpool0-0.json",
+        "exits/attempt-0003/4455/deeper/x.json",
+    ]
+    assert layout.list_replica_exit_paths(keys, 3, "4455") == [
+        "exits/attempt-0003/4455/workerpool0-0.json",
+        "exits/attempt-0003/4455/workerpool1-0.json",
+    ]
+
+
+def test_replica_records_round_trip_and_name_the_first_replica_that_failed_on_its_own():
+    def replica(name, reason, time, code=70):
+        return layout.ReplicaExit(
+            job_id="j", attempt=2, replica=name, node_rank=0, reason=reason, exit_code=code, time=time
+        )
+
+    records = [
+        replica("workerpool0-0", "stopped_by_peer", "2026-11-21T19:00:00.100Z"),
+        replica("workerpool1-1", "runtime_error", "2026-11-21T19:00:00.300Z"),
+        replica("workerpool1-0", "preempted", "2026-11-21T19:00:00.200Z", code=76),
+    ]
+    for record in records:
+        assert layout.ReplicaExit.from_json(record.to_json()) == record
+    assert layout.first_failed_replica(records).replica == "workerpool1-0"
+    assert layout.first_failed_replica(records[:1]) is None
+    with pytest.raises(layout.LayoutError):
+        replica("x", "bored", "t")
+    assert layout.replica_name("workerpool1", 2, node_rank=5) == "workerpool1-2"
+    assert layout.replica_name(None, None, node_rank=5) == "node-5"
+
+
+def test_quarantine_names_and_temp_names():
+    assert layout.quarantine_marker_path("gs://b/r", 40) == "gs://b/r/step-0000000040/QUARANTINED.json"
+    assert layout.quarantine_archive_dir("gs://b/r", 40, 3, "ab12") == (
+        "gs://b/r/quarantine/step-0000000040-a0003-ab12"
+    )
+    assert layout.parse_step_dir("step-0000000040-a0003-ab12") is None  # never mistaken for a checkpoint
+    for temp in ("rank-00000.pt.tmp-0a1b", "x/COMMITTED.json.tmp-ff", "model.tmp"):
+        assert layout.is_temp_name(temp)
+    for real in ("rank-00000.pt", "deepspeed/tmp/zero.pt", "tmpfile"):
+        assert not layout.is_temp_name(real)
+    record = layout.QuarantineRecord(
+        step=40, reason="sha256_mismatch", detail="rank 1", job_id="j", attempt=3
+    )
+    assert layout.QuarantineRecord.from_json(record.to_json()) == record

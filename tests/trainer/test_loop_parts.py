@@ -3,10 +3,12 @@
 import pytest
 
 from trainer import layout
+from trainer.config import ConfigError, parse_config
 from trainer.data import ResumableSampler
-from trainer.launch import combine_exit_codes
+from trainer.launch import HARD_KILL_MARGIN_SECONDS, combine_exit_codes, hard_kill_after, replica_reason
 from trainer.node_status import WorkerOutcome
-from trainer.preemption import emergency_save_fits
+from trainer.preemption import PreemptionFlag, emergency_save_fits
+from trainer.worker import looks_like_peer_loss
 
 
 def test_sampler_resumed_from_its_state_continues_with_exactly_the_next_batches():
@@ -55,3 +57,53 @@ def test_emergency_save_is_attempted_only_when_it_fits_the_grace_budget():
     assert not emergency_save_fits(seconds_left=20, estimated_save_seconds=15)
     assert not emergency_save_fits(seconds_left=0, estimated_save_seconds=None)
     assert layout.EXIT_PREEMPTED_UNSAVED == 76
+
+
+def test_node_exit_code_puts_no_usable_checkpoint_right_after_config_errors():
+    assert combine_exit_codes([_outcome(65), _outcome(70)], False) == 65
+    assert combine_exit_codes([_outcome(64), _outcome(65)], False) == 64
+
+
+@pytest.mark.parametrize(
+    "code,outcomes,signalled,reason",
+    [
+        (75, [WorkerOutcome(0, 75, True, "preempted", True)], True, "preempted"),
+        (75, [WorkerOutcome(0, 75, True, "stopped_by_peer", False)], False, "stopped_by_peer"),
+        (70, [WorkerOutcome(0, 70, False, "stopped_by_peer")], False, "stopped_by_peer"),
+        (70, [WorkerOutcome(0, 70, False, "runtime_error"), None], False, "runtime_error"),
+        (70, [None], False, "runtime_error"),  # a worker killed before it could say
+        (65, [WorkerOutcome(0, 65, False, "no_usable_checkpoint")], False, "no_usable_checkpoint"),
+        (0, [WorkerOutcome(0, 0, True, "completed")], False, "completed"),
+    ],
+)
+def test_replica_reason_tells_its_own_ending_from_its_peers(code, outcomes, signalled, reason):
+    assert replica_reason(code, outcomes, signalled) == reason
+
+
+def test_hard_kill_comes_a_fixed_margin_after_the_grace_budget():
+    assert hard_kill_after(10) == 15 and hard_kill_after(2.5) == 8
+    assert HARD_KILL_MARGIN_SECONDS == 5
+
+
+def test_checkpoint_interval_defaults_to_the_controllers_environment_variable():
+    argv = ["--steps", "5"]
+    assert parse_config(argv, env={}).checkpoint_every_seconds == 0
+    assert parse_config(argv, env={layout.CHECKPOINT_INTERVAL_ENV: "90"}).checkpoint_every_seconds == 90
+    flag = ["--checkpoint-every-seconds", "0"]
+    assert parse_config(argv + flag, env={layout.CHECKPOINT_INTERVAL_ENV: "90"}).checkpoint_every_seconds == 0
+    with pytest.raises(ConfigError):
+        parse_config(argv, env={layout.CHECKPOINT_INTERVAL_ENV: "soon"})
+    assert parse_config(argv, env={}).grace_seconds <= 10  # fits a 15 s platform window with the margin
+
+
+def test_grace_clock_adopts_the_earliest_signal_of_the_gang():
+    flag = PreemptionFlag()
+    assert flag.seconds_since_signal() == -1
+    assert 9.9 < flag.seconds_left(10) <= 10  # no signal anywhere: the whole budget
+    flag.adopt_gang_elapsed(7.0)  # another rank was signalled 7 s ago
+    assert flag.seconds_left(10) <= 3.0
+
+
+def test_peer_loss_errors_are_told_apart_from_own_errors():
+    assert looks_like_peer_loss(RuntimeError("[../gloo/transport/tcp/pair.cc:598] Connection closed by peer"))
+    assert not looks_like_peer_loss(RuntimeError("synthetic failure in the model"))

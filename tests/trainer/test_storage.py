@@ -55,3 +55,68 @@ def test_exit_records_are_written_where_the_contract_says(tmp_path):
     assert (tmp_path / "exits" / "attempt-0003.json").exists()
     assert storage.read_exit_record(str(tmp_path), 3) == record
     assert storage.read_exit_record(str(tmp_path), 4) is None
+
+
+def test_a_quarantined_step_is_never_latest_or_committed(tmp_path):
+    store = storage.open_storage(str(tmp_path))
+    for step in (10, 20):
+        _commit(store, step)
+    record = layout.QuarantineRecord(
+        step=20, reason="sha256_mismatch", detail="rank 0", job_id="j", attempt=2
+    )
+    assert storage.quarantine(store, record) is True
+    assert storage.quarantine(store, record) is False  # create-only
+
+    assert storage.list_committed_steps(store) == [10]
+    assert storage.latest_committed(store).step == 10
+    assert storage.list_quarantined_steps(store) == [20]
+    assert storage.read_quarantine(store, 20) == record
+    assert storage.read_usable_marker(store, 20) is None and storage.read_marker(store, 20) is not None
+
+
+def test_a_garbled_quarantine_marker_still_quarantines(tmp_path):
+    store = storage.open_storage(str(tmp_path))
+    _commit(store, 10)
+    store.write_bytes(layout.quarantine_marker_path(layout.step_dir_name(10)), b"{")
+    assert storage.latest_committed(store) is None
+
+
+def test_temp_files_of_unfinished_writes_are_not_listed_and_moves_are_whole(tmp_path):
+    store = storage.open_storage(str(tmp_path))
+    store.write_bytes("step-0000000001/a.pt", b"a")
+    (tmp_path / "step-0000000001" / "b.pt.tmp-0123").write_bytes(b"half")
+    assert store.list_files("step-0000000001") == ["step-0000000001/a.pt"]
+    assert store.list_temp_files("step-0000000001") == ["step-0000000001/b.pt.tmp-0123"]
+    store.move_prefix("step-0000000001", "quarantine/step-0000000001-a0001-x")
+    assert store.list_dirs("") == ["quarantine"]
+    assert store.read_bytes("quarantine/step-0000000001-a0001-x/a.pt") == b"a"
+
+
+def test_exit_records_keyed_by_vertex_job_and_per_replica_records(tmp_path):
+    first = layout.ExitRecord(job_id="j", attempt=3, reason="preempted", exit_code=76, vertex_job_id="111")
+    second = layout.ExitRecord(job_id="j", attempt=3, reason="completed", exit_code=0, vertex_job_id="222")
+    storage.write_exit_record(str(tmp_path), first)
+    storage.write_exit_record(str(tmp_path), second)
+    assert storage.read_exit_record(str(tmp_path), 3, "111") == first  # not overwritten by job 222
+    assert storage.read_exit_record(str(tmp_path), 3, "222") == second
+    assert storage.read_exit_record(str(tmp_path), 3) == second  # legacy name: the last writer
+
+    for name, reason in (("workerpool0-0", "stopped_by_peer"), ("workerpool1-0", "runtime_error")):
+        storage.write_replica_exit(
+            str(tmp_path),
+            layout.ReplicaExit(
+                job_id="j",
+                attempt=3,
+                vertex_job_id="222",
+                replica=name,
+                node_rank=0,
+                reason=reason,
+                exit_code=70,
+            ),
+        )
+    found = storage.read_replica_exits(str(tmp_path), 3, "222")
+    assert [(r.replica, r.reason) for r in found] == [
+        ("workerpool0-0", "stopped_by_peer"),
+        ("workerpool1-0", "runtime_error"),
+    ]
+    assert storage.read_replica_exits(str(tmp_path), 3, "111") == []

@@ -79,6 +79,14 @@ def test_two_pool_job_is_preempted_then_resumes_from_its_emergency_checkpoint(ve
     )
     marker = storage.latest_committed(root)
     assert (marker.step, marker.world_size) == (4, 4)
+    # Keyed by the CustomJob (CLOUD_ML_JOB_ID), and one record per replica, named as in CLUSTER_SPEC.
+    vertex_id = first.name.rsplit("/", 1)[-1]
+    assert storage.read_exit_record(root, 1, vertex_id) == record
+    replicas = storage.read_replica_exits(root, 1, vertex_id)
+    assert [(r.replica, r.reason, r.signal) for r in replicas] == [
+        ("workerpool0-0", "preempted", "SIGTERM"),
+        ("workerpool1-0", "preempted", "SIGTERM"),
+    ]
 
     second = submit(client, 2, root, {"RELAUNCH_RESUME_FROM": layout.checkpoint_dir(root, marker.step)})
     ended = vertex.wait_for_state(second.name, DONE, timeout=300)
