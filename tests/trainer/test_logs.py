@@ -4,7 +4,7 @@ import json
 import subprocess
 import sys
 
-from tests.trainer.harness import REPO
+from tests.support.gang import REPO
 
 _WRITER = """
 import sys

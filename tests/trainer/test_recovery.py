@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tests.trainer.harness import TINY
+from tests.support.gang import TINY
 from trainer import layout, storage
 
 pytestmark = pytest.mark.slow
