@@ -6,6 +6,9 @@ import os
 
 import pytest
 
+# `pubsub_backend`: Pub/Sub tests run against devstack and Google's own emulator.
+pytest_plugins = ["tests.pubsub_backends"]
+
 
 @pytest.fixture(scope="session")
 def devstack(tmp_path_factory):
