@@ -591,8 +591,10 @@ def _dead_letter_copy(pending: Pending, subscription: str) -> pubsub.PubsubMessa
     message.attributes["CloudPubSubDeadLetterSourceDeliveryCount"] = str(pending.attempts)
     message.attributes["CloudPubSubDeadLetterSourceSubscription"] = subscription.split("/")[-1]
     message.attributes["CloudPubSubDeadLetterSourceSubscriptionProject"] = project
+    # RFC 3339 in UTC with milliseconds and "Z", as Google's emulator writes it.
+    published = pending.message.publish_time.astimezone(datetime.UTC)
     message.attributes["CloudPubSubDeadLetterSourceTopicPublishTime"] = (
-        pending.message.publish_time.isoformat()
+        published.strftime("%Y-%m-%dT%H:%M:%S.") + f"{published.microsecond // 1000:03d}Z"
     )
     return message
 

@@ -3,6 +3,7 @@ lease extension, flow control, dead-lettering, ordering keys)."""
 
 from __future__ import annotations
 
+import datetime
 import threading
 import time
 import uuid
@@ -205,8 +206,11 @@ def test_dead_letter_after_max_delivery_attempts_with_attempts_visible(publisher
     attempts: list[int] = []
     dead: list[pubsub_v1.subscriber.message.Message] = []
 
+    first_publish_time: list[datetime.datetime] = []
+
     def always_fail(message):
         attempts.append(message.delivery_attempt)
+        first_publish_time.append(message.publish_time)
         message.nack()
 
     def collect_dead(message):
@@ -224,6 +228,12 @@ def test_dead_letter_after_max_delivery_attempts_with_attempts_visible(publisher
     assert letter.attributes["kind"] == "bad"
     assert letter.attributes["CloudPubSubDeadLetterSourceDeliveryCount"] == "5"
     assert letter.attributes["CloudPubSubDeadLetterSourceSubscription"] == subscription.split("/")[-1]
+    assert letter.attributes["CloudPubSubDeadLetterSourceSubscriptionProject"] == PROJECT
+    source_published = datetime.datetime.fromisoformat(
+        letter.attributes["CloudPubSubDeadLetterSourceTopicPublishTime"]
+    )
+    assert letter.attributes["CloudPubSubDeadLetterSourceTopicPublishTime"].endswith("Z")
+    assert abs(source_published - first_publish_time[0]) < datetime.timedelta(milliseconds=1)
 
 
 def ordered_subscription(subscriber) -> tuple[pubsub_v1.PublisherClient, str, str]:
