@@ -7,7 +7,7 @@ import os
 import pytest
 
 # `pubsub_backend`: Pub/Sub tests run against devstack and Google's own emulator.
-pytest_plugins = ["tests.pubsub_backends"]
+pytest_plugins = ["pytester", "tests.pubsub_backends"]
 
 
 @pytest.fixture(scope="session")
