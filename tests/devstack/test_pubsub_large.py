@@ -69,14 +69,14 @@ def test_a_9_5_mb_message_is_published_and_streamed_to_a_subscriber_whole(
     assert dict(attributes) == {"kind": "checkpoint-manifest"}
 
 
-def test_two_9_5_mb_messages_are_both_delivered_by_synchronous_pull(
+def test_four_9_5_mb_messages_are_all_delivered_by_synchronous_pull(
     publisher, large_subscriber, topic_and_subscription
 ):
-    """Together they exceed 10 MB: the service must split them over responses (or send one
-    response a client can still read), never fail the pull."""
+    """Together 38 MB, more than one response may carry (devstack's gRPC send limit is 32 MiB):
+    the service must spread them over responses, never fail the pull."""
     topic, subscription = topic_and_subscription
     subscriber = large_subscriber
-    payloads = {publisher.publish(topic, os.urandom(NEAR_LIMIT)).result(timeout=60) for _ in range(2)}
+    payloads = {publisher.publish(topic, os.urandom(NEAR_LIMIT)).result(timeout=60) for _ in range(4)}
 
     seen: set[str] = set()
 
@@ -89,7 +89,7 @@ def test_two_9_5_mb_messages_are_both_delivered_by_synchronous_pull(
             )
         return seen >= payloads
 
-    wait_until(pull_some, timeout=60, what="both large messages")
+    wait_until(pull_some, timeout=60, what="all four large messages")
     assert seen == payloads
 
 
