@@ -7,6 +7,9 @@ import uuid
 
 import pytest
 
+# `pubsub_backend`: Pub/Sub tests run against devstack and Google's own emulator.
+pytest_plugins = ["pytester", "tests.support.pubsub_backends"]
+
 PROJECT = "relaunch-dev"
 
 

@@ -6,7 +6,9 @@
     with start_pubsub() as emulator:          # port 0: any free port
         os.environ["PUBSUB_EMULATOR_HOST"] = emulator.host_port
 
-`devstack.pubsub.testing` has `running_emulator()` (starts one and sets/restores the variable)
+Checked against Google's own emulator by the tests (devstack/README.md, "Pub/Sub conformance";
+`devstack.pubsub.official.OfficialEmulator` runs it). `devstack.pubsub.testing` has
+`running_emulator()` (starts one and sets/restores the variable)
 and `wait_until(predicate, timeout)` for tests. `python -m devstack.pubsub --port N` runs it in
 the foreground and prints the export line.
 
@@ -19,6 +21,16 @@ Covered
   with stream_ack_deadline_seconds and flow control, acks / nacks / deadline extensions on the
   stream or by unary calls, keep-alives; server-side max_outstanding_messages/bytes; new messages
   delivered as published, on condition variables, no polling).
+- Messages up to Pub/Sub's 10 MB (quotas page): a PublishRequest above 10,000,000 bytes is refused
+  with INVALID_ARGUMENT ("The value for request_size is too large. ..."); gRPC accepts up to
+  32 MiB so that this answer, not a transport error, comes back; pull and stream responses hold
+  about 10 MB of messages at most (one message always fits). A stock SubscriberClient on
+  PUBSUB_EMULATOR_HOST still cannot receive > 4 MiB (client-library channel):
+  `devstack.pubsub.clients.subscriber_client()` gives it the production limits.
+- Defaults filled in on create as the service does: ack deadline 10 s, message retention 7 days,
+  retry policy backoffs 10 s / 600 s, max_delivery_attempts 5. Bounds: max_delivery_attempts
+  5-100 (OUT_OF_RANGE), backoffs 0-600 s and maximum >= minimum (INVALID_ARGUMENT), malformed
+  ack ids (INVALID_ARGUMENT; stale ones are ignored).
 - NOT_FOUND / ALREADY_EXISTS / INVALID_ARGUMENT as the real service answers them; a subscription
   outlives its topic (topic reads `_deleted-topic_`); messages published before a subscription
   existed are not delivered to it.

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime
 import itertools
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -30,6 +31,22 @@ MAX_ACK_DEADLINE_SECONDS = 600
 DEFAULT_ACK_DEADLINE_SECONDS = 10
 DEFAULT_MAX_DELIVERY_ATTEMPTS = 5
 MAX_MESSAGES_PER_RESPONSE = 1000
+# https://cloud.google.com/pubsub/quotas#resource_limits: a publish request (and so a message) is
+# at most 10 MB; the service counts 10,000,000 bytes of the serialized request ("The value for
+# request_size is too large. You passed N in the request, but the maximum value is 10000000.",
+# INVALID_ARGUMENT, as the client libraries' 10,000,000-byte batch cap also assumes).
+MAX_PUBLISH_REQUEST_BYTES = 10_000_000
+# A Pull or StreamingPull response carries messages up to about this many bytes (always at least
+# one message), so that two large messages never make a response no client can read.
+MAX_RESPONSE_BYTES = 10_000_000
+# Subscription defaults the service fills in (Google's emulator fills the same).
+DEFAULT_MESSAGE_RETENTION_SECONDS = 7 * 24 * 3600
+DEFAULT_MIN_BACKOFF_SECONDS = 10
+DEFAULT_MAX_BACKOFF_SECONDS = 600
+MAX_BACKOFF_SECONDS = 600
+MIN_DELIVERY_ATTEMPTS, MAX_DELIVERY_ATTEMPTS = 5, 100
+# devstack's own ack ids: "<lease number>-<message id>"; anything else is malformed.
+_ACK_ID = re.compile(r"^[0-9]+-[0-9]+$")
 # Push delivery without a retry policy backs off exponentially from here (the real service
 # starts near 100 ms and caps at 60 s).
 PUSH_FIRST_BACKOFF_SECONDS = 0.1
@@ -166,7 +183,13 @@ class Broker:
                 if state.config.topic == name:
                     state.config.topic = names.DELETED_TOPIC
 
-    def publish(self, topic: str, messages: list[pubsub.PubsubMessage]) -> list[str]:
+    def publish(self, topic: str, messages: list[pubsub.PubsubMessage], request_bytes: int = 0) -> list[str]:
+        """`request_bytes`: the serialized PublishRequest's size, checked against the limit."""
+        if request_bytes > MAX_PUBLISH_REQUEST_BYTES:
+            raise names.invalid(
+                f"The value for request_size is too large. You passed {request_bytes} in the request, "
+                f"but the maximum value is {MAX_PUBLISH_REQUEST_BYTES}."
+            )
         if not messages:
             raise names.invalid("The request contains no messages.")
         for message in messages:
@@ -205,8 +228,7 @@ class Broker:
                 raise names.already_exists(subscription.name)
             self._topic(subscription.topic)
             stored = _copy(subscription)
-            if not stored.ack_deadline_seconds:
-                stored.ack_deadline_seconds = DEFAULT_ACK_DEADLINE_SECONDS
+            _fill_defaults(stored)
             self._validate_subscription(stored)
             stored.state = pubsub.Subscription.State.ACTIVE
             self._subscriptions[stored.name] = SubscriptionState(config=stored)
@@ -223,11 +245,28 @@ class Broker:
             raise names.invalid("Subscription filters are not emulated by devstack.")
         if "dead_letter_policy" in config and config.dead_letter_policy.dead_letter_topic:
             policy = config.dead_letter_policy
-            self._topic(policy.dead_letter_topic)
-            if not policy.max_delivery_attempts:
-                policy.max_delivery_attempts = DEFAULT_MAX_DELIVERY_ATTEMPTS
-            if not 5 <= policy.max_delivery_attempts <= 100:
-                raise names.invalid("max_delivery_attempts must be between 5 and 100.")
+            attempts = policy.max_delivery_attempts
+            if not MIN_DELIVERY_ATTEMPTS <= attempts <= MAX_DELIVERY_ATTEMPTS:
+                raise names.out_of_range(
+                    "max_delivery_attempts", attempts, MIN_DELIVERY_ATTEMPTS, MAX_DELIVERY_ATTEMPTS
+                )
+            if policy.dead_letter_topic not in self._topics:
+                raise PubSubError(grpc.StatusCode.NOT_FOUND, "Dead letter topic not found")
+        if "retry_policy" in config:
+            for field_name in ("minimum_backoff", "maximum_backoff"):
+                seconds = getattr(config.retry_policy, field_name).total_seconds()
+                if not 0 <= seconds <= MAX_BACKOFF_SECONDS:
+                    raise names.invalid(
+                        f"The value for {field_name} is out of bounds. You passed {seconds:g}s in the "
+                        f"request, but the value must be between 0s and {MAX_BACKOFF_SECONDS}s."
+                    )
+            low = config.retry_policy.minimum_backoff.total_seconds()
+            high = config.retry_policy.maximum_backoff.total_seconds()
+            if high < low:
+                raise names.invalid(
+                    f"The value for maximum_backoff is too small. You passed {high:g}s in the request, "
+                    f"but the minimum value is {low:g}s."
+                )
         if config.push_config.push_endpoint and not config.push_config.push_endpoint.startswith(
             ("http://", "https://")
         ):
@@ -246,6 +285,7 @@ class Broker:
             state = self._subscription(subscription.name)
             updated = _copy(state.config)
             _apply_mask(updated, subscription, mask, immutable={"name", "topic"})
+            _fill_defaults(updated)
             self._validate_subscription(updated)
             state.config = updated
             self.changed.notify_all()
@@ -374,6 +414,7 @@ class Broker:
             self._acknowledge(state, ack_ids)
 
     def _acknowledge(self, state: SubscriptionState, ack_ids) -> None:
+        _check_ack_ids(ack_ids)
         for ack_id in ack_ids:
             # Unknown or expired ack ids are ignored, as without exactly-once delivery.
             pending = state.leases.get(ack_id)
@@ -401,6 +442,7 @@ class Broker:
 
     def _modify(self, state: SubscriptionState, changes: list[tuple[str, int]]) -> None:
         now = self._clock()
+        _check_ack_ids([ack_id for ack_id, _seconds in changes])
         for _ack_id, seconds in changes:
             if not 0 <= seconds <= MAX_ACK_DEADLINE_SECONDS:
                 raise names.invalid(f"Invalid ack deadline {seconds}: must be between 0 and 600.")
@@ -448,6 +490,8 @@ class Broker:
                 continue
             if pending.lease is None and pending.available_at <= now:
                 if holder is not None and not holder.has_room_for(pending.size, len(picked), picked_bytes):
+                    break
+                if picked and picked_bytes + pending.size > MAX_RESPONSE_BYTES:
                     break
                 picked.append(pending)
                 picked_bytes += pending.size
@@ -506,6 +550,28 @@ class Broker:
         return wait
 
 
+def _fill_defaults(config: pubsub.Subscription) -> None:
+    """What the service sets on a subscription when the request leaves it out."""
+    if not config.ack_deadline_seconds:
+        config.ack_deadline_seconds = DEFAULT_ACK_DEADLINE_SECONDS
+    if "message_retention_duration" not in config:
+        config.message_retention_duration = datetime.timedelta(seconds=DEFAULT_MESSAGE_RETENTION_SECONDS)
+    if "retry_policy" in config:
+        policy = config.retry_policy
+        if "minimum_backoff" not in policy:
+            policy.minimum_backoff = datetime.timedelta(seconds=DEFAULT_MIN_BACKOFF_SECONDS)
+        if "maximum_backoff" not in policy:
+            policy.maximum_backoff = datetime.timedelta(seconds=DEFAULT_MAX_BACKOFF_SECONDS)
+    if config.dead_letter_policy.dead_letter_topic and not config.dead_letter_policy.max_delivery_attempts:
+        config.dead_letter_policy.max_delivery_attempts = DEFAULT_MAX_DELIVERY_ATTEMPTS
+
+
+def _check_ack_ids(ack_ids) -> None:
+    for ack_id in ack_ids:
+        if not _ACK_ID.match(ack_id):
+            raise names.invalid(f"Invalid ack id (ack_id={ack_id})")
+
+
 def _retry_delay(config: pubsub.Subscription, attempts: int) -> float:
     """Backoff before redelivering after a failed delivery: the retry policy's exponential
     backoff when one is set; otherwise immediate for pull and a short exponential for push."""
@@ -525,8 +591,10 @@ def _dead_letter_copy(pending: Pending, subscription: str) -> pubsub.PubsubMessa
     message.attributes["CloudPubSubDeadLetterSourceDeliveryCount"] = str(pending.attempts)
     message.attributes["CloudPubSubDeadLetterSourceSubscription"] = subscription.split("/")[-1]
     message.attributes["CloudPubSubDeadLetterSourceSubscriptionProject"] = project
+    # RFC 3339 in UTC with milliseconds and "Z", as Google's emulator writes it.
+    published = pending.message.publish_time.astimezone(datetime.UTC)
     message.attributes["CloudPubSubDeadLetterSourceTopicPublishTime"] = (
-        pending.message.publish_time.isoformat()
+        published.strftime("%Y-%m-%dT%H:%M:%S.") + f"{published.microsecond // 1000:03d}Z"
     )
     return message
 

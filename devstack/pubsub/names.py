@@ -7,7 +7,8 @@ import re
 import grpc
 
 # Topic and subscription ids: 3-255 characters, start with a letter, then letters, digits and
-# - _ . ~ + %; ids starting with "goog" are reserved by Google.
+# - _ . ~ + %; ids starting with "goog" are reserved by Google (case-sensitive: Google's emulator
+# accepts "GOOGx", and the documentation names the lower-case prefix).
 _ID = r"[A-Za-z][A-Za-z0-9\-_.~+%]{2,254}"
 _PROJECT = r"[^/]+"
 TOPIC_NAME = re.compile(rf"^projects/({_PROJECT})/topics/({_ID})$")
@@ -41,12 +42,28 @@ def invalid(message: str) -> PubSubError:
     return PubSubError(grpc.StatusCode.INVALID_ARGUMENT, message)
 
 
+def out_of_range(field: str, given: int, low: int, high: int) -> PubSubError:
+    """The real service's wording and code (Google's emulator answers the same) for a numeric
+    field outside its bounds."""
+    if given < low:
+        return PubSubError(
+            grpc.StatusCode.OUT_OF_RANGE,
+            f"The value for {field} is too small. You passed {given} in the request, "
+            f"but the minimum value is {low}.",
+        )
+    return PubSubError(
+        grpc.StatusCode.OUT_OF_RANGE,
+        f"The value for {field} is too large. You passed {given} in the request, "
+        f"but the maximum value is {high}.",
+    )
+
+
 def _check(pattern: re.Pattern[str], name: str, kind: str) -> str:
     match = pattern.match(name or "")
     if not match:
         raise invalid(f"Invalid [{kind}] name: ({name})")
     resource_id = match.group(match.lastindex or 1)
-    if kind != "projects" and resource_id.lower().startswith("goog"):
+    if kind != "projects" and resource_id.startswith("goog"):
         raise invalid(f"Invalid [{kind}] name: ({name}); ids must not start with 'goog'")
     return name
 

@@ -13,6 +13,11 @@ from devstack.pubsub.services import PublisherService, SubscriberService
 
 # Every open StreamingPull holds a server thread for its lifetime, so leave plenty.
 _GRPC_THREADS = 64
+# gRPC's default 4 MiB receive limit would turn a 5 MB publish into RESOURCE_EXHAUSTED, which the
+# client retries until its deadline. Accept well above Pub/Sub's 10 MB so that the broker, not
+# the transport, answers an oversized publish with the service's INVALID_ARGUMENT; beyond this
+# gRPC itself answers RESOURCE_EXHAUSTED. Responses hold at most ~10 MB of messages (broker).
+MAX_GRPC_MESSAGE_BYTES = 32 * 1024 * 1024
 
 
 class PubSubEmulator:
@@ -26,6 +31,10 @@ class PubSubEmulator:
         self._server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=_GRPC_THREADS, thread_name_prefix="pubsub-grpc"),
             handlers=[PublisherService(self.broker).handler(), self._subscriber.handler()],
+            options=[
+                ("grpc.max_receive_message_length", MAX_GRPC_MESSAGE_BYTES),
+                ("grpc.max_send_message_length", MAX_GRPC_MESSAGE_BYTES),
+            ],
         )
         bound = self._server.add_insecure_port(f"{host}:{port}")
         if not bound:

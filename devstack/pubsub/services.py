@@ -80,7 +80,9 @@ class PublisherService:
         return self._broker.update_topic(request.topic, pubsub.UpdateTopicRequest.pb(request).update_mask)
 
     def publish(self, request: pubsub.PublishRequest, context):
-        return pubsub.PublishResponse(message_ids=self._broker.publish(request.topic, list(request.messages)))
+        size = pubsub.PublishRequest.pb(request).ByteSize()
+        ids = self._broker.publish(request.topic, list(request.messages), request_bytes=size)
+        return pubsub.PublishResponse(message_ids=ids)
 
     def get_topic(self, request: pubsub.GetTopicRequest, context):
         return self._broker.get_topic(request.topic)

@@ -20,24 +20,27 @@ def relaunch():
     return run
 
 
-# Pub/Sub stand-in tests: one fresh emulator per test module, reached through the real clients.
+# Pub/Sub tests: each runs against devstack's Pub/Sub and Google's emulator (`pubsub_backend`,
+# tests/support/pubsub_backends.py), reached through the real clients.
 @pytest.fixture(scope="module")
-def emulator():
-    from devstack.pubsub.testing import running_emulator
-
-    with running_emulator() as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
-def publisher(emulator):
+def publisher(pubsub_backend):
     from google.cloud import pubsub_v1
 
     return pubsub_v1.PublisherClient()
 
 
 @pytest.fixture(scope="module")
-def subscriber(emulator):
+def raw_publisher(pubsub_backend):
+    """The generated client: its publish() sends one PublishRequest as given, without the
+    batching client's own checks (it refuses empty and oversized batches before sending)."""
+    from google.auth.credentials import AnonymousCredentials
+    from google.pubsub_v1 import PublisherClient
+
+    return PublisherClient(credentials=AnonymousCredentials())
+
+
+@pytest.fixture(scope="module")
+def subscriber(pubsub_backend):
     from google.cloud import pubsub_v1
 
     client = pubsub_v1.SubscriberClient()
