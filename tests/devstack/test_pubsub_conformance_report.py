@@ -36,7 +36,9 @@ def inner(pytester, monkeypatch):
 
     def run(source: str = INNER_TESTS):
         pytester.makepyfile(test_inner=source)
-        return pytester.runpytest_subprocess("-p", "tests.support.pubsub_backends", "-v", "-p", "no:cacheprovider")
+        return pytester.runpytest_subprocess(
+            "-p", "tests.support.pubsub_backends", "-v", "-p", "no:cacheprovider"
+        )
 
     return run
 
