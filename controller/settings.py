@@ -69,6 +69,9 @@ class Settings(BaseSettings):
         description="How long a FAILED Vertex job read with no error (Vertex sets it about a minute "
         "after the end) is read again before its ending is classified with what there is.",
     )
+    error_recheck_seconds: float = Field(
+        10.0, gt=0, description="While waiting for a FAILED job's error, read the job again this often."
+    )
     capacity_retry_seconds: float = Field(
         120.0,
         ge=0,

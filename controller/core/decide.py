@@ -52,6 +52,7 @@ class CoreConfig:
     # Vertex sets `error` about a minute after a job ends: a FAILED job read with none (and no
     # decisive exit record) is read again until this long after it was first seen so.
     error_settle_seconds: float = 90.0
+    error_recheck_seconds: float = 10.0  # how often it is read again meanwhile
     # At least this long between attempts refused for capacity or quota (429, stockout before
     # running): such shortfalls last minutes, and every refused create spends Vertex quota.
     capacity_retry_seconds: float = 120.0
@@ -214,9 +215,6 @@ def _on_timer(state: JobState, event: ev.TimerFired, now, rng, config) -> Outcom
             return state, [_submit_action(current, create=False)]
         return state, [CancelVertexJob(current.vertex_name, current.number)]
     if current is not None and current.failed_unexplained_at is not None and not current.ended:
-        due = current.failed_unexplained_at + config.error_settle_seconds
-        if now < due:
-            return state, [ScheduleWakeup(due)]
         return state, [ReadVertexJob(current.vertex_name, current.number)]
     return _capacity_wait_alert(state, now, config)
 
@@ -276,7 +274,7 @@ def _settle_unexplained_failure(state: JobState, event: ev.VertexObserved, now, 
     due = first_seen + config.error_settle_seconds
     if now >= due:
         return None
-    return state, [ScheduleWakeup(due)]
+    return state, [ScheduleWakeup(min(due, now + config.error_recheck_seconds))]
 
 
 def _end_attempt(state: JobState, event: ev.VertexObserved, now, rng: random.Random, config) -> Outcome:

@@ -95,6 +95,7 @@ class Engine:
             preemption_storm_count=settings.preemption_storm_count,
             preemption_storm_window_seconds=settings.preemption_storm_window_seconds,
             error_settle_seconds=settings.error_settle_seconds,
+            error_recheck_seconds=settings.error_recheck_seconds,
             capacity_retry_seconds=settings.capacity_retry_seconds,
         )
         self.timers = TimerQueue(clock)

@@ -336,14 +336,16 @@ def test_reclaims_inferred_without_progress_still_end_as_a_crash_loop():
 
 def test_a_failed_job_without_its_error_is_read_again_then_classified():
     run = Run.start(max_failures=0)
-    run.config = CoreConfig(error_settle_seconds=90)
+    run.config = CoreConfig(error_settle_seconds=90, error_recheck_seconds=10)
     run.submitted(1)
     run.running(1)
     first_seen = run.now
     actions = run.ended(1, "FAILED")
-    assert actions == [ScheduleWakeup(first_seen + 90)]
+    assert actions == [ScheduleWakeup(first_seen + 10)]
     assert run.state.phase is Phase.RUNNING and not run.state.current.ended
-    assert run.feed(ev.TimerFired(), at=first_seen + 30) == [ScheduleWakeup(first_seen + 90)]
+    assert run.feed(ev.TimerFired(), at=first_seen + 10) == [ReadVertexJob(vname(1), 1)]
+    run.now = first_seen + 10
+    assert run.ended(1, "FAILED") == [ScheduleWakeup(first_seen + 20)]  # still nothing: again later
     # Vertex fills the error in: classified at once, from it.
     run.now = first_seen + 60
     run.ended(1, "FAILED", 3, USER_ERROR)
