@@ -133,9 +133,12 @@ class Engine:
     ) -> list[ev.Event]:
         events: list[ev.Event] = []
         exit_reason = None
-        if vertex_state_name(job) in VERTEX_TERMINAL:
+        current = JobState.from_dict(document["state"]).current
+        deciding = current is not None and current.number == attempt and not current.ended
+        if deciding and vertex_state_name(job) in VERTEX_TERMINAL:
             # Learn the latest committed checkpoint and the trainer's exit record first: the
-            # core classifies the ending and measures progress with them.
+            # core classifies the ending and measures progress with them. (Endings already
+            # classified, e.g. earlier attempts listed on every pass, need neither.)
             uri = document["request"]["checkpoint"]["uri"]
             latest = self.checkpoints.latest(uri)
             if latest is not None:
