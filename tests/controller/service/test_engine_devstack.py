@@ -319,3 +319,37 @@ def test_in_place_restarts_and_a_final_reclaim_when_vertex_ignores_disable_retri
     assert doc["attempts"][0]["ending"] == "preempted" and doc["failures"] == 0
     engine.apply("in-place", ev.CancelRequested())
     assert drive(engine, "in-place", terminal)["phase"] == "cancelled"
+
+
+def test_when_vertex_never_says_why_the_wait_is_bounded_and_a_crashing_job_still_stops(
+    devstack, bucket, make_engine
+):
+    """The error may come late or (unknown) not at all: after the settle wait the ending is judged
+    with what there is. A started Spot attempt with no error reads as a reclaim (no budget), so a
+    job that keeps crashing that way is stopped by the crash-loop rule."""
+    engine = make_engine(error_settle_seconds=1.0, error_recheck_seconds=0.3)
+    previous = devstack.vertex.configure(failed_error_delay_seconds=3600)
+    try:
+        accept(
+            engine,
+            request(
+                "no-why",
+                bucket,
+                args=["--fail-with", "1", "--fail-at", "1"],
+                policy={
+                    "maxFailures": 0,
+                    "crashLoopAttempts": 2,
+                    "backoff": {"initialSeconds": 0.2, "maxSeconds": 0.3},
+                },
+            ),
+            {},
+        )
+        doc = drive(engine, "no-why", terminal)
+    finally:
+        devstack.vertex.restore(previous)
+    assert doc["phase"] == "failed" and doc["failures"] == 0
+    assert [(a["rule"], a["errorCode"]) for a in doc["attempts"]] == [
+        ("spot-reclaim", 0),
+        ("spot-reclaim", 0),
+    ]
+    assert "without checkpoint progress" in doc["terminalReason"]
