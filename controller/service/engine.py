@@ -370,7 +370,7 @@ class Engine:
             and not (old.current and old.current.number == new.current.number and old.current.ended)
         ):
             ending = new.current.ending.value
-            if ending not in ("succeeded", "preempted", "cancelled"):
+            if ending not in ("succeeded", "preempted", "cancelled", "capacity"):  # capacity: no failure
                 self.metrics.failed(ending)
 
     def _resolve_alerts(self, old: JobState, new: JobState) -> None:
