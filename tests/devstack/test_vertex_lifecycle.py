@@ -321,6 +321,27 @@ def test_reclaim_sigterms_then_restarts_the_job_in_place_with_the_same_environme
     assert vertex.preempt(job.name) is False  # an ended job cannot be reclaimed again
 
 
+def test_the_state_shown_during_an_in_place_restart_is_a_knob(vertex, client, events, tmp_path):
+    command, starts, _ = spot_replica(tmp_path)
+    previous = vertex.configure(pending_during_restart=True)
+    try:
+        job = create(client, "spot-pending", [(1, command)], strategy="SPOT")
+        wait_until(lambda: len(lines(starts)) == 1, 30, "the first start")
+        assert vertex.preempt(job.name, grace_seconds=1)
+        wait_until(lambda: len(lines(starts)) == 2, 60, "the in-place restart")
+    finally:
+        vertex.restore(previous)
+
+    def texts() -> list[str]:
+        return [e["textPayload"] for e in events.for_job(job_id(job))]
+
+    wait_until(lambda: texts().count("Job is running.") == 2, 30, "RUNNING again after the restart")
+    after_first_run = texts()[texts().index("Job is running.") + 1 :]
+    assert after_first_run.count("Waiting for job to be provisioned.") == 1  # PENDING in between
+    client.cancel_custom_job(name=job.name)
+    vertex.wait_for_state(job.name, DONE, timeout=60)
+
+
 def test_disable_retries_stops_the_in_place_restarts_of_a_reclaim(vertex, client, tmp_path):
     command, starts, _ = spot_replica(tmp_path)
     job = create(client, "spot-no-retries", [(1, command)], strategy="SPOT", disable_retries=True)
