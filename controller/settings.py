@@ -92,6 +92,21 @@ class Settings(BaseSettings):
     submit_retry_seconds: float = Field(
         30.0, gt=0, description="Wait before retrying a failed CreateCustomJob."
     )
+    error_settle_seconds: float = Field(
+        90.0,
+        ge=0,
+        description="How long a FAILED Vertex job read with no error (Vertex sets it about a minute "
+        "after the end) is read again before its ending is classified with what there is.",
+    )
+    error_recheck_seconds: float = Field(
+        10.0, gt=0, description="While waiting for a FAILED job's error, read the job again this often."
+    )
+    capacity_retry_seconds: float = Field(
+        120.0,
+        ge=0,
+        description="Least wait before the next attempt after a 429 quota refusal at create or a "
+        "capacity ending before the attempt ran (neither spends maxFailures).",
+    )
     capacity_wait_alert_seconds: float = Field(
         3600.0, gt=0, description="Alert when an attempt waits this long for capacity."
     )

@@ -1,10 +1,13 @@
 """Fault injection over HTTP, so a CLI or a test in another process can disturb a running
 devstack (RELAUNCH_DEVSTACK_CONTROL names the server).
 
-    POST /preempt   {"job": NAME, "grace_seconds": 30}             -> {"preempted": true}
+    POST /preempt   {"job": NAME, "grace_seconds": 15, "end_job": false} -> {"preempted": true}
     POST /stockout  {"queue_seconds": 0, "fail": false, "region_wide_until": null}
     POST /faults    {"rate": 0.2, "codes": ["UNAVAILABLE"], "seed": null}
     POST /quota     {"enabled": true, "creates_per_minute": 60, "other_per_minute": 600}
+    POST /quota_shortfall {"mode": "queue" | "reject" | null}
+    POST /lose_create_replies {"count": 1}
+    POST /behaviour {"knob": value, ...}  (devstack.vertex.behaviour; unknown knobs: 400)
     GET  /status    -> {"pid": .., "dir": .., "env": {..}, "jobs": [{name, state, ..}]}
 
 Errors come back as {"error": message} with 400 (bad input) or 404 (unknown job).
@@ -37,7 +40,28 @@ def _required(body: dict, key: str):
 
 def _preempt(target, body):
     job = _required(body, "job")
-    return {"preempted": target.preempt(job, float(body.get("grace_seconds", 30.0)))}
+    grace = body.get("grace_seconds")
+    end_job = body.get("end_job")
+    return {
+        "preempted": target.preempt(
+            job, None if grace is None else float(grace), end_job=None if end_job is None else bool(end_job)
+        )
+    }
+
+
+def _quota_shortfall(target, body):
+    target.quota_shortfall(body.get("mode"))
+    return {}
+
+
+def _lose_create_replies(target, body):
+    target.lose_create_replies(int(body.get("count", 1)))
+    return {}
+
+
+def _behaviour(target, body):
+    target.configure(**body)
+    return {}
 
 
 def _stockout(target, body):
@@ -67,7 +91,15 @@ def _quota(target, body):
     return {}
 
 
-_POSTS = {"/preempt": _preempt, "/stockout": _stockout, "/faults": _faults, "/quota": _quota}
+_POSTS = {
+    "/preempt": _preempt,
+    "/stockout": _stockout,
+    "/faults": _faults,
+    "/quota": _quota,
+    "/quota_shortfall": _quota_shortfall,
+    "/lose_create_replies": _lose_create_replies,
+    "/behaviour": _behaviour,
+}
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -141,8 +173,20 @@ class ControlClient:
             raise ControlError(payload.get("error") or f"HTTP {reply.status_code}")
         return payload
 
-    def preempt(self, job_name: str, grace_seconds: float = 30.0) -> bool:
-        return self._call("POST", "/preempt", {"job": job_name, "grace_seconds": grace_seconds})["preempted"]
+    def preempt(
+        self, job_name: str, grace_seconds: float | None = None, *, end_job: bool | None = None
+    ) -> bool:
+        body = {"job": job_name, "grace_seconds": grace_seconds, "end_job": end_job}
+        return self._call("POST", "/preempt", body)["preempted"]
+
+    def quota_shortfall(self, mode: str | None) -> None:
+        self._call("POST", "/quota_shortfall", {"mode": mode})
+
+    def lose_create_replies(self, count: int = 1) -> None:
+        self._call("POST", "/lose_create_replies", {"count": count})
+
+    def configure(self, **changes) -> None:
+        self._call("POST", "/behaviour", changes)
 
     def stockout(
         self, queue_seconds: float = 0.0, fail: bool = False, region_wide_until: float | None = None

@@ -125,9 +125,25 @@ class DevStack:
         }
 
     # ---- fault injection (the same names over HTTP: devstack.control.ControlClient) --------
-    def preempt(self, job_name: str, grace_seconds: float = 30.0) -> bool:
-        """Reclaim a running job's Spot VMs; False if it had already ended. KeyError if unknown."""
-        return self.vertex.preempt(job_name, grace_seconds)
+    def preempt(
+        self, job_name: str, grace_seconds: float | None = None, *, end_job: bool | None = None
+    ) -> bool:
+        """Reclaim a job's VMs (SIGTERM, grace, SIGKILL; then an in-place restart or, with
+        `end_job` or no restarts left, a FAILED job); False if it had already ended. KeyError if
+        unknown."""
+        return self.vertex.preempt(job_name, grace_seconds, end_job=end_job)
+
+    def quota_shortfall(self, mode: str | None) -> None:
+        """Training quota used up: "queue" holds new jobs QUEUED, "reject" answers creates 429."""
+        self.vertex.set_quota_shortfall(mode)
+
+    def lose_create_replies(self, count: int = 1) -> None:
+        """Serve the next `count` creates but answer them DEADLINE_EXCEEDED."""
+        self.vertex.lose_create_replies(count)
+
+    def configure(self, **changes: Any) -> None:
+        """Change Vertex behaviour knobs (devstack.vertex.behaviour)."""
+        self.vertex.configure(**changes)
 
     def stockout(
         self, queue_seconds: float = 0.0, fail: bool = False, region_wide_until: float | None = None

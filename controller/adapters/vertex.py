@@ -30,11 +30,11 @@ RETRYABLE_READ = (
     gexc.InternalServerError,
 )
 # A create that failed with one of these may or may not have created the job: look before retrying.
+# (RESOURCE_EXHAUSTED is no such answer: it is a 429 refusal, see CreateQuotaExceeded.)
 AMBIGUOUS_CREATE = (
     gexc.DeadlineExceeded,
     gexc.InternalServerError,
     gexc.ServiceUnavailable,
-    gexc.ResourceExhausted,
 )
 # Vertex refused the job itself; submitting the same spec again cannot succeed.
 PERMANENT_CREATE = (
@@ -74,6 +74,11 @@ def timestamp_seconds(value) -> float | None:
     return seconds if seconds > 0 else None
 
 
+def is_spot(job: aiplatform_v1.CustomJob) -> bool:
+    """Whether the CustomJob runs on Spot VMs, the only ones Vertex reclaims."""
+    return job.job_spec.scheduling.strategy == aiplatform_v1.Scheduling.Strategy.SPOT
+
+
 def observed_event(job: aiplatform_v1.CustomJob, attempt: int, exit_reason: str | None) -> ev.VertexObserved:
     """What the decision core needs to know of one CustomJob read from Vertex."""
     return ev.VertexObserved(
@@ -85,6 +90,7 @@ def observed_event(job: aiplatform_v1.CustomJob, attempt: int, exit_reason: str 
         start_time=timestamp_seconds(job.start_time),
         end_time=timestamp_seconds(job.end_time),
         exit_reason=exit_reason,
+        spot=is_spot(job),
     )
 
 
@@ -99,6 +105,16 @@ class Submission:
 
 class SubmitRejected(Exception):
     """Vertex refused the CustomJob (INVALID_ARGUMENT and the like): retrying cannot help."""
+
+
+class CreateQuotaExceeded(Exception):
+    """CreateCustomJob answered 429 RESOURCE_EXHAUSTED: a quota (training resources, or the
+    per-minute job submissions) is used up. Nothing was created; retry in minutes, not seconds."""
+
+
+def label_filter(labels: dict[str, str]) -> str:
+    """`labels.k="v" AND ...`: values quoted, as AIP-160 filters take any string value."""
+    return " AND ".join(f'labels.{key}="{value}"' for key, value in labels.items())
 
 
 def make_client(settings: Settings) -> aiplatform_v1.JobServiceClient:
@@ -177,11 +193,10 @@ class VertexBackend:
         return self.client.list_custom_jobs(request=request, timeout=self.timeout)
 
     def list_managed(self) -> Iterator[aiplatform_v1.CustomJob]:
-        return self.list_jobs(f"labels.{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}")
+        return self.list_jobs(label_filter({MANAGED_BY_LABEL: MANAGED_BY_VALUE}))
 
     def find_attempt(self, job_id: str, attempt: int) -> list[aiplatform_v1.CustomJob]:
-        labels = labels_for(job_id, attempt)
-        filter_ = " AND ".join(f"labels.{key}={value}" for key, value in labels.items())
+        filter_ = label_filter(labels_for(job_id, attempt))
         return sorted(self.list_jobs(filter_), key=lambda j: (j.create_time.timestamp(), j.name))
 
     # --- writes ---------------------------------------------------------------------------
@@ -218,6 +233,9 @@ class VertexBackend:
                 except PERMANENT_CREATE as error:
                     self._on_api_error("CreateCustomJob", type(error).__name__)
                     raise SubmitRejected(error.message or str(error)) from error
+                except gexc.ResourceExhausted as error:
+                    self._on_api_error("CreateCustomJob", type(error).__name__)
+                    raise CreateQuotaExceeded(error.message or str(error)) from error
                 except gexc.GoogleAPICallError as error:
                     self._on_api_error("CreateCustomJob", type(error).__name__)
                     raise

@@ -33,6 +33,14 @@ class CancelVertexJob:
 
 
 @dataclass(frozen=True)
+class ReadVertexJob:
+    """Read this attempt's Vertex job again (Get) and report what is seen as a VertexObserved."""
+
+    vertex_name: str
+    attempt: int
+
+
+@dataclass(frozen=True)
 class ScheduleWakeup:
     at: float
 
@@ -51,4 +59,4 @@ class MarkTerminal:
     reason: str
 
 
-Action = SubmitAttempt | CancelVertexJob | ScheduleWakeup | RaiseAlert | MarkTerminal
+Action = SubmitAttempt | CancelVertexJob | ReadVertexJob | ScheduleWakeup | RaiseAlert | MarkTerminal

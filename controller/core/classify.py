@@ -1,11 +1,28 @@
 """Classify how a Vertex AI attempt ended.
 
-Vertex does not publish a stable error for a spot reclaim of a training job, so no single string
-decides. The rules below are checked in order and the first match wins (like the ordered rules of
-a Kubernetes JobSet failure policy). The strongest evidence comes first: the trainer's own exit
-record, written on SIGTERM, beats anything parsed out of Vertex's message.
+Google documents few of the signals a reclaim leaves (see /work/shared/FIELD-NOTES.md, "Vertex AI
+as documented"): a reclaimed Spot job "fails with a STOCKOUT error" after up to six in-place
+restarts, but neither its `error.code` nor its message is documented, nothing says the word
+"preempt" appears, and `error` is set only about a minute after the job ends. So no rule below
+depends on undocumented wording; each one reads evidence whose meaning is documented or is our
+own (the trainer's exit record, the trainer's exit codes):
 
-Every rule is a row in `RULES`; the tests check each row.
+  1. what Vertex says happened to the job as a whole (succeeded, cancelled);
+  2. a replica that Vertex says exited on its own with an error status: a user error, even when
+     the chief's exit record says `preempted` (the chief got SIGTERM only because Vertex tore the
+     gang down after that replica failed);
+  3. `scheduling.timeout`: a timeout, never a preemption (the teardown SIGTERMs the chief too);
+  4. the trainer's `preempted` record or exit code;
+  5. a Spot attempt that had started and then ended FAILED with a capacity, stockout,
+     unavailable or internal code or text, or with no error at all, or with a replica killed by
+     SIGTERM/SIGKILL: a reclaim, whatever the exact wording. A wrong guess here costs no failure
+     budget, and the crash-loop rule (no checkpoint progress) still stops a job that keeps
+     ending this way;
+  6. capacity endings before the attempt ran: waiting for capacity, no budget spent;
+  7. everything else by code.
+
+The rules are checked in order and the first match wins (like a JobSet failure policy). Every rule
+is a row in `RULES`; the corpus in tests/support/vertex_endings.py drives a test per row.
 """
 
 from __future__ import annotations
@@ -19,13 +36,14 @@ from enum import Enum
 class Ending(str, Enum):
     SUCCEEDED = "succeeded"
     PREEMPTED = "preempted"
+    CAPACITY = "capacity"  # no capacity or quota before the attempt ran: waiting helps, no budget
     INFRASTRUCTURE = "infrastructure"
     USER_ERROR = "user_error"
     TIMEOUT = "timeout"
     CANCELLED = "cancelled"
 
 
-# google.rpc.Code values that appear in CustomJob.error.
+# google.rpc.Code values (google/rpc/code.proto); the core is stdlib only, so they are named here.
 CODE_CANCELLED = 1
 CODE_INVALID_ARGUMENT = 3
 CODE_DEADLINE_EXCEEDED = 4
@@ -34,9 +52,25 @@ CODE_INTERNAL = 13
 CODE_UNAVAILABLE = 14
 
 # Trainer exit codes (docs/contracts.md) that Vertex quotes in its "non-zero status" message.
-_PREEMPTED_EXIT_CODES = {75, 76}
+_PREEMPTED_EXIT_CODES = frozenset({75, 76})
 _CONFIG_EXIT_CODE = 64
 _RENDEZVOUS_EXIT_CODE = 69
+# A replica killed by a signal reads as 128 + N: SIGTERM (15) or SIGKILL (9) from a teardown.
+_KILLED_EXIT_CODES = frozenset({128 + 15, 128 + 9})
+# Statuses that say "this replica was stopped", not "this replica failed on its own".
+_STOPPED_EXIT_CODES = _PREEMPTED_EXIT_CODES | _KILLED_EXIT_CODES
+
+# Exit-record reasons the trainer writes that decide an ending without waiting for Vertex's error.
+DECISIVE_EXIT_REASONS = frozenset({"completed", "config_error", "runtime_error", "rendezvous_timeout"})
+
+
+@dataclass(frozen=True)
+class ReplicaExit:
+    """One replica's own account of how it stopped (per-replica exit records; not read yet)."""
+
+    replica: str  # workerpool{i}-{j}
+    reason: str  # an exit-record reason, e.g. "preempted", or "gang_torn_down"
+    exit_code: int | None = None
 
 
 @dataclass(frozen=True)
@@ -46,7 +80,10 @@ class Observation:
     vertex_state: str  # JobState name without prefix: SUCCEEDED, FAILED, CANCELLED, EXPIRED, ...
     error_code: int = 0
     error_message: str = ""
-    exit_reason: str | None = None  # from the trainer's exit record, when one was found
+    exit_reason: str | None = None  # from the chief's exit record, when one was found
+    spot: bool = False  # the attempt ran on Spot VMs (only those are reclaimed)
+    ran: bool = False  # the attempt reached RUNNING (Vertex set start_time)
+    replica_exits: tuple[ReplicaExit, ...] = ()  # reserved for per-replica exit records
 
 
 @dataclass(frozen=True)
@@ -54,6 +91,7 @@ class Classification:
     ending: Ending
     rule: str  # name of the rule that matched, for logs and the attempt history
     permanent: bool = False  # retrying cannot help (e.g. a configuration error)
+    inferred: bool = False  # concluded without the trainer's word: still subject to crash-loop checks
 
 
 @dataclass(frozen=True)
@@ -63,9 +101,19 @@ class Rule:
     ending: Ending
     permanent: bool = False
     why: str = ""
+    inferred: bool = False
 
 
 _NONZERO_STATUS = re.compile(r"non-zero status of (\d+)")
+_OUT_OF_MEMORY = re.compile(r"ran out of memory", re.IGNORECASE)
+_TIMEOUT_TEXT = re.compile(r"timeout|timed out", re.IGNORECASE)
+_CAPACITY_TEXT = re.compile(r"insufficient|stockout|quota|capacity|unavailable", re.IGNORECASE)
+_RECLAIM_TEXT = re.compile(
+    r"insufficient|stockout|capacity|unavailable|internal error|preempt|reclaim|spot", re.IGNORECASE
+)
+_INTERNAL_TEXT = re.compile(r"internal error", re.IGNORECASE)
+_CAPACITY_CODES = frozenset({CODE_RESOURCE_EXHAUSTED, CODE_UNAVAILABLE})
+_RECLAIM_CODES = frozenset({CODE_RESOURCE_EXHAUSTED, CODE_INTERNAL, CODE_UNAVAILABLE})
 
 
 def _exit_status(obs: Observation) -> int | None:
@@ -73,9 +121,37 @@ def _exit_status(obs: Observation) -> int | None:
     return int(found.group(1)) if found else None
 
 
-def _message_has(*words: str) -> Callable[[Observation], bool]:
-    pattern = re.compile("|".join(words), re.IGNORECASE)
-    return lambda obs: bool(pattern.search(obs.error_message))
+def _replica_failed_on_its_own(obs: Observation) -> bool:
+    """Vertex names a replica whose exit status is an error of its own, not a teardown's."""
+    status = _exit_status(obs)
+    if status is None or status in (_CONFIG_EXIT_CODE, _RENDEZVOUS_EXIT_CODE):
+        return False
+    return status not in _STOPPED_EXIT_CODES or bool(_OUT_OF_MEMORY.search(obs.error_message))
+
+
+def _has_no_error(obs: Observation) -> bool:
+    return obs.error_code == 0 and not obs.error_message.strip()
+
+
+def _spot_reclaim(obs: Observation) -> bool:
+    if not (obs.spot and obs.ran and obs.vertex_state == "FAILED"):
+        return False
+    if obs.exit_reason not in (None, "preempted"):
+        return False  # the trainer said how it ended
+    return (
+        obs.error_code in _RECLAIM_CODES
+        or bool(_RECLAIM_TEXT.search(obs.error_message))
+        or _exit_status(obs) in _KILLED_EXIT_CODES
+        or _has_no_error(obs)
+    )
+
+
+def _capacity_before_start(obs: Observation) -> bool:
+    return (
+        not obs.ran
+        and obs.vertex_state == "FAILED"
+        and (obs.error_code in _CAPACITY_CODES or bool(_CAPACITY_TEXT.search(obs.error_message)))
+    )
 
 
 RULES: tuple[Rule, ...] = (
@@ -83,7 +159,7 @@ RULES: tuple[Rule, ...] = (
         "succeeded",
         lambda o: o.vertex_state == "SUCCEEDED",
         Ending.SUCCEEDED,
-        why="Vertex says every replica exited 0.",
+        why="Vertex says the primary replica exited 0.",
     ),
     Rule(
         "cancelled",
@@ -92,10 +168,34 @@ RULES: tuple[Rule, ...] = (
         why="Someone cancelled the job (Relaunch or a person).",
     ),
     Rule(
+        "config-error",
+        lambda o: o.exit_reason == "config_error" or _exit_status(o) == _CONFIG_EXIT_CODE,
+        Ending.USER_ERROR,
+        permanent=True,
+        why="The trainer rejected its configuration: every retry would fail the same way.",
+    ),
+    Rule(
+        "replica-exit-error",
+        _replica_failed_on_its_own,
+        Ending.USER_ERROR,
+        why="Vertex names a replica that exited with an error status of its own; it beats the "
+        "chief's SIGTERM record, which the gang teardown caused.",
+    ),
+    Rule(
+        "timeout",
+        lambda o: (
+            o.error_code == CODE_DEADLINE_EXCEEDED
+            or bool(_TIMEOUT_TEXT.search(o.error_message))
+            or o.vertex_state == "EXPIRED"
+        ),
+        Ending.TIMEOUT,
+        why="The job ran past scheduling.timeout; the teardown's SIGTERM is no preemption.",
+    ),
+    Rule(
         "exit-record-preempted",
         lambda o: o.exit_reason == "preempted",
         Ending.PREEMPTED,
-        why="The trainer recorded that it stopped on SIGTERM: the strongest preemption signal.",
+        why="The trainer recorded that it stopped on SIGTERM and Vertex names no failed replica.",
     ),
     Rule(
         "preempted-exit-status",
@@ -104,51 +204,38 @@ RULES: tuple[Rule, ...] = (
         why="A replica exited with the trainer's 'preempted' code even if its record was lost.",
     ),
     Rule(
-        "preemption-message",
-        _message_has(r"preempt", r"reclaim", r"spot vm"),
+        "spot-reclaim",
+        _spot_reclaim,
         Ending.PREEMPTED,
-        why="Vertex's own wording for a spot reclaim.",
+        inferred=True,
+        why="A started Spot attempt ended FAILED with a capacity/unavailable/internal code or text, "
+        "a killed replica or no error: what a reclaim looks like under every plausible wording.",
     ),
     Rule(
-        "exit-record-config-error",
-        lambda o: o.exit_reason == "config_error" or _exit_status(o) == _CONFIG_EXIT_CODE,
-        Ending.USER_ERROR,
-        permanent=True,
-        why="The trainer rejected its configuration: every retry would fail the same way.",
-    ),
-    Rule(
-        "timeout",
-        lambda o: (
-            o.error_code == CODE_DEADLINE_EXCEEDED
-            or bool(re.search(r"timeout|timed out", o.error_message, re.IGNORECASE))
-            or o.vertex_state == "EXPIRED"
-        ),
-        Ending.TIMEOUT,
-        why="The job ran past scheduling.timeout.",
-    ),
-    Rule(
-        "capacity",
-        lambda o: (
-            o.error_code == CODE_RESOURCE_EXHAUSTED
-            or bool(re.search(r"insufficient|stockout|quota", o.error_message, re.IGNORECASE))
-        ),
-        Ending.INFRASTRUCTURE,
-        why="No capacity or quota in the region; waiting helps.",
-    ),
-    Rule(
-        "internal",
-        lambda o: (
-            o.error_code in (CODE_INTERNAL, CODE_UNAVAILABLE)
-            or bool(re.search(r"internal error", o.error_message, re.IGNORECASE))
-        ),
-        Ending.INFRASTRUCTURE,
-        why="Vertex reported an internal or availability error.",
+        "capacity-before-start",
+        _capacity_before_start,
+        Ending.CAPACITY,
+        why="No capacity or quota before the attempt ran: back off, spend no failure budget.",
     ),
     Rule(
         "rendezvous-timeout",
         lambda o: o.exit_reason == "rendezvous_timeout" or _exit_status(o) == _RENDEZVOUS_EXIT_CODE,
         Ending.INFRASTRUCTURE,
         why="The gang never assembled: a node did not come up.",
+    ),
+    Rule(
+        "capacity",
+        lambda o: o.error_code == CODE_RESOURCE_EXHAUSTED or bool(_CAPACITY_TEXT.search(o.error_message)),
+        Ending.INFRASTRUCTURE,
+        why="Capacity lost while a non-Spot attempt ran.",
+    ),
+    Rule(
+        "internal",
+        lambda o: (
+            o.error_code in (CODE_INTERNAL, CODE_UNAVAILABLE) or bool(_INTERNAL_TEXT.search(o.error_message))
+        ),
+        Ending.INFRASTRUCTURE,
+        why="Vertex reported an internal or availability error.",
     ),
     Rule(
         "replica-error",
@@ -172,5 +259,16 @@ RULES: tuple[Rule, ...] = (
 def classify(obs: Observation) -> Classification:
     for rule in RULES:
         if rule.matches(obs):
-            return Classification(rule.ending, rule.name, rule.permanent)
+            return Classification(rule.ending, rule.name, rule.permanent, rule.inferred)
     raise AssertionError("the last rule matches everything")  # pragma: no cover
+
+
+def needs_vertex_error(obs: Observation) -> bool:
+    """A FAILED ending that should not be classified yet: Vertex sets `error` about a minute after
+    the job ends, and neither the job nor the trainer has said anything decisive so far.
+
+    A `preempted` record is not decisive: the chief also gets SIGTERM when Vertex tears the gang
+    down after another replica failed, which only Vertex's error tells."""
+    return (
+        obs.vertex_state == "FAILED" and _has_no_error(obs) and obs.exit_reason not in DECISIVE_EXIT_REASONS
+    )

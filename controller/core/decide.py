@@ -23,10 +23,11 @@ from controller.core.actions import (
     CancelVertexJob,
     MarkTerminal,
     RaiseAlert,
+    ReadVertexJob,
     ScheduleWakeup,
     SubmitAttempt,
 )
-from controller.core.classify import Ending, Observation, classify
+from controller.core.classify import Ending, Observation, classify, needs_vertex_error
 from controller.core.model import (
     VERTEX_RUNNING,
     VERTEX_TERMINAL,
@@ -48,6 +49,13 @@ class CoreConfig:
     capacity_wait_alert_seconds: float = 3600.0  # queued this long -> alert once per attempt
     preemption_storm_count: int = 5  # this many preemptions ...
     preemption_storm_window_seconds: float = 3600.0  # ... within this window -> alert
+    # Vertex sets `error` about a minute after a job ends: a FAILED job read with none (and no
+    # decisive exit record) is read again until this long after it was first seen so.
+    error_settle_seconds: float = 90.0
+    error_recheck_seconds: float = 10.0  # how often it is read again meanwhile
+    # At least this long between attempts refused for capacity or quota (429, stockout before
+    # running): such shortfalls last minutes, and every refused create spends Vertex quota.
+    capacity_retry_seconds: float = 120.0
 
 
 @dataclass(frozen=True)
@@ -124,6 +132,12 @@ def _on_submit_failed(state: JobState, event: ev.SubmitFailed, now, rng, config)
         if state.phase is Phase.CANCELLING:
             return _terminal(state, Phase.CANCELLED, "cancelled; the submission was rejected")
         return _fail(state, "job_failed", f"Vertex AI rejected the job: {event.message}", now)
+    if event.capacity:
+        if state.next_attempt_at is not None and state.next_attempt_at > now:
+            return state, [ScheduleWakeup(state.next_attempt_at)]  # this refusal is known already
+        retry_at = now + config.capacity_retry_seconds * rng.uniform(1.0, 1.2)
+        state, alerts = _capacity_refused(replace(state, next_attempt_at=retry_at), now, event.message)
+        return state, [*alerts, ScheduleWakeup(retry_at)]
     retry_at = now + config.submit_retry_seconds
     return replace(state, next_attempt_at=retry_at), [ScheduleWakeup(retry_at)]
 
@@ -146,11 +160,15 @@ def _on_vertex_observed(state: JobState, event: ev.VertexObserved, now, rng, con
         actions.append(CancelVertexJob(event.vertex_name, event.attempt))
 
     if event.vertex_state in VERTEX_TERMINAL:
+        settling = _settle_unexplained_failure(state, event, now, config)
+        if settling is not None:
+            return settling[0], actions + settling[1]
         return _end_attempt(state, event, now, rng, config)
     state = state.with_current(vertex_state=event.vertex_state)
     if event.vertex_state in VERTEX_RUNNING:
         if state.current.started_at is None:
             state = state.with_current(started_at=event.start_time or now)
+        state = replace(state, capacity_wait_since=None)  # it runs: the capacity wait is over
         if state.phase in (Phase.SUBMITTING, Phase.QUEUED):
             state = replace(state, phase=Phase.RUNNING)
     elif event.vertex_state in VERTEX_WAITING and state.phase is Phase.SUBMITTING:
@@ -196,6 +214,8 @@ def _on_timer(state: JobState, event: ev.TimerFired, now, rng, config) -> Outcom
         if current.vertex_name is None:
             return state, [_submit_action(current, create=False)]
         return state, [CancelVertexJob(current.vertex_name, current.number)]
+    if current is not None and current.failed_unexplained_at is not None and not current.ended:
+        return state, [ReadVertexJob(current.vertex_name, current.number)]
     return _capacity_wait_alert(state, now, config)
 
 
@@ -228,11 +248,38 @@ _HANDLERS: dict[type, Callable[..., Outcome]] = {
 # --- the restart policy at an attempt's end --------------------------------------------------
 
 
+def _observation(state: JobState, event: ev.VertexObserved) -> Observation:
+    current = state.current
+    return Observation(
+        event.vertex_state,
+        event.error_code,
+        event.error_message,
+        event.exit_reason,
+        spot=event.spot,
+        ran=current.started_at is not None or event.start_time is not None,
+    )
+
+
+def _settle_unexplained_failure(state: JobState, event: ev.VertexObserved, now, config) -> Outcome | None:
+    """Hold back the classification of a FAILED job whose `error` is not set yet (and whose
+    trainer left no decisive record), reading it again until `error_settle_seconds` after it was
+    first seen so; after that, classify with what there is. None: classify now."""
+    if state.cancel_requested or not needs_vertex_error(_observation(state, event)):
+        return None
+    current = state.current
+    first_seen = current.failed_unexplained_at
+    if first_seen is None:
+        first_seen = now
+        state = state.with_current(failed_unexplained_at=now, vertex_state=event.vertex_state)
+    due = first_seen + config.error_settle_seconds
+    if now >= due:
+        return None
+    return state, [ScheduleWakeup(min(due, now + config.error_recheck_seconds))]
+
+
 def _end_attempt(state: JobState, event: ev.VertexObserved, now, rng: random.Random, config) -> Outcome:
     current = state.current
-    verdict = classify(
-        Observation(event.vertex_state, event.error_code, event.error_message, event.exit_reason)
-    )
+    verdict = classify(_observation(state, event))
     made_progress = state.latest_checkpoint_step is not None and (
         current.resume_from_step is None or state.latest_checkpoint_step > current.resume_from_step
     )
@@ -267,11 +314,22 @@ def _end_attempt(state: JobState, event: ev.VertexObserved, now, rng: random.Ran
     retry_streak = 1 if made_progress else state.retry_streak + 1
     state = replace(state, retry_streak=retry_streak)
     alerts: list[Action] = []
+    if verdict.ending is Ending.CAPACITY:
+        # Refused before it ran: nobody's fault and no progress to judge. Wait minutes, not seconds.
+        delay = max(state.policy.backoff.delay(retry_streak, rng), config.capacity_retry_seconds)
+        wake = now + delay
+        state = replace(state, phase=Phase.BACKING_OFF, next_attempt_at=wake)
+        state, alerts = _capacity_refused(state, now, event.error_message)
+        return state, [*alerts, ScheduleWakeup(wake)]
     if verdict.ending is Ending.PREEMPTED:
+        # A reclaim the trainer confirmed is no crash, progress or not. One inferred from Vertex's
+        # ending alone may be a crash in disguise: without checkpoint progress it counts toward
+        # the crash-loop limit (never toward maxFailures).
+        stalled = state.no_progress_streak + 1 if verdict.inferred else state.no_progress_streak
         state = replace(
             state,
             preemptions=state.preemptions + 1,
-            no_progress_streak=0 if made_progress else state.no_progress_streak,
+            no_progress_streak=0 if made_progress else stalled,
         )
         limit = state.policy.max_preemptions
         if limit is not None and state.preemptions > limit:
@@ -389,6 +447,25 @@ def _capacity_wait_alert(state: JobState, now: float, config: CoreConfig) -> Out
         "WARNING",
         f"job {state.job_id} attempt {current.number} has waited {waited:.0f}s for capacity",
         {**_alert_details(state), "waitedSeconds": waited},
+    )
+    return state, [alert]
+
+
+def _capacity_refused(state: JobState, now: float, message: str) -> Outcome:
+    """A create refused for quota, or an attempt that ended for lack of capacity before it ran:
+    warn once per run of such refusals (the wait may need a quota increase or another region);
+    `capacity_wait` resolves when an attempt runs."""
+    since = state.capacity_wait_since if state.capacity_wait_since is not None else now
+    state = replace(state, capacity_wait_since=since)
+    kind = f"capacity_wait:since-{since:.3f}"
+    if any(a.kind == kind for a in state.alerts):
+        return state, []
+    state = replace(state, alerts=state.alerts + (Alerted(kind, now),))
+    alert = RaiseAlert(
+        "capacity_wait",
+        "WARNING",
+        f"job {state.job_id}: Vertex AI has no capacity or quota for it: {message}".strip(),
+        {**_alert_details(state), "waitingSince": since},
     )
     return state, [alert]
 

@@ -30,12 +30,14 @@ class SubmitFailed:
     """CreateCustomJob failed after the adapter's own retries.
 
     `permanent` is True when Vertex rejected the job itself (INVALID_ARGUMENT and the like):
-    submitting it again cannot succeed.
+    submitting it again cannot succeed. `capacity` is True for a 429 RESOURCE_EXHAUSTED (quota
+    metrics exceed their limits): no failure, but nothing will change within seconds either.
     """
 
     attempt: int
     message: str
     permanent: bool
+    capacity: bool = False  # 429 RESOURCE_EXHAUSTED: a quota or capacity shortfall, wait minutes
 
 
 @dataclass(frozen=True)
@@ -43,7 +45,8 @@ class VertexObserved:
     """The authoritative state of one attempt's Vertex job (from Get or List, never from a hint).
 
     `exit_reason` is the trainer's exit record reason for that attempt when the job has ended and
-    a record was found.
+    a record was found. `spot` says whether the CustomJob was scheduled on Spot VMs (read from
+    the job itself), since only those are reclaimed.
     """
 
     attempt: int
@@ -54,6 +57,7 @@ class VertexObserved:
     start_time: float | None = None
     end_time: float | None = None
     exit_reason: str | None = None
+    spot: bool = False
 
 
 @dataclass(frozen=True)

@@ -64,6 +64,10 @@ class Attempt:
     error_code: int = 0
     error_message: str = ""
     checkpoint_step_at_end: int | None = None
+    # First time this attempt was seen FAILED with no error and no decisive exit record: Vertex
+    # fills `error` in about a minute later, so the ending is classified only then (or after a
+    # bounded wait).
+    failed_unexplained_at: float | None = None
 
     @property
     def ended(self) -> bool:
@@ -92,6 +96,7 @@ class JobState:
     retry_streak: int = 0  # consecutive endings since the checkpoint last advanced (backoff index)
     latest_checkpoint_step: int | None = None
     latest_checkpoint_uri: str | None = None
+    capacity_wait_since: float | None = None  # start of the current run of capacity/quota refusals
     next_attempt_at: float | None = None  # BACKING_OFF: when to submit; SUBMITTING: retry time
     cancel_requested: bool = False
     terminal_reason: str | None = None

@@ -9,8 +9,12 @@ is exactly what would be created. Rules (also in docs/requests.md):
 - every non-empty pool's container gets RELAUNCH_JOB_ID, RELAUNCH_ATTEMPT,
   RELAUNCH_CHECKPOINT_URI and RELAUNCH_RESUME_FROM (empty = start fresh or from the latest
   committed checkpoint), replacing any user value of the same name;
-- scheduling strategy: ON_DEMAND when `on_demand` is set; SPOT when the user set none (Relaunch
-  exists for Spot capacity, and Vertex's own default would be STANDARD); the user's otherwise.
+- scheduling strategy: STANDARD (on-demand; `ON_DEMAND` is deprecated) when `on_demand` is set;
+  SPOT when the user set none (Relaunch exists for Spot capacity, and Vertex's own default would
+  be STANDARD); the user's otherwise;
+- Vertex's own retries: `disableRetries: true` unless the request sets `disableRetries` or
+  `restartJobOnWorkerRestart` itself, so that every restart is one Relaunch sees, counts and
+  resumes from the latest committed checkpoint (reasoning in docs/contracts.md).
 """
 
 from __future__ import annotations
@@ -58,6 +62,21 @@ def _with_relaunch_env(env: Any, ours: list[vertex.EnvVar]) -> list:
     return kept + ours
 
 
+_RETRY_FIELDS = (
+    "disableRetries",
+    "disable_retries",
+    "restartJobOnWorkerRestart",
+    "restart_job_on_worker_restart",
+)
+
+
+def _user_set_vertex_retries(request: JobRequest) -> bool:
+    """Whether the request itself says how Vertex should retry (false included, which a proto3
+    bool cannot tell from unset: hence the request as written)."""
+    scheduling = request.job_spec_rest.get("scheduling") or {}
+    return any(name in scheduling for name in _RETRY_FIELDS)
+
+
 def build_custom_job(
     request: JobRequest,
     attempt: int,
@@ -80,11 +99,13 @@ def build_custom_job(
 
     strategy = vertex.Scheduling.Strategy
     if on_demand:
-        spec.scheduling.strategy = strategy.ON_DEMAND
-        # maxWaitDuration applies to FLEX_START only; Vertex rejects it with ON_DEMAND.
+        spec.scheduling.strategy = strategy.STANDARD
+        # maxWaitDuration applies to FLEX_START only; Vertex rejects it with STANDARD.
         spec.scheduling.max_wait_duration = None
     elif spec.scheduling.strategy == strategy.STRATEGY_UNSPECIFIED:
         spec.scheduling.strategy = strategy.SPOT
+    if not _user_set_vertex_retries(request):
+        spec.scheduling.disable_retries = True
 
     return vertex.CustomJob(
         display_name=display_name_for(request, attempt),

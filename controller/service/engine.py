@@ -27,6 +27,7 @@ from google.cloud import aiplatform_v1
 
 from controller import logs
 from controller.adapters.vertex import (
+    CreateQuotaExceeded,
     SubmitRejected,
     VertexBackend,
     job_labels,
@@ -39,6 +40,7 @@ from controller.core.actions import (
     CancelVertexJob,
     MarkTerminal,
     RaiseAlert,
+    ReadVertexJob,
     ScheduleWakeup,
     SubmitAttempt,
 )
@@ -92,6 +94,9 @@ class Engine:
             capacity_wait_alert_seconds=settings.capacity_wait_alert_seconds,
             preemption_storm_count=settings.preemption_storm_count,
             preemption_storm_window_seconds=settings.preemption_storm_window_seconds,
+            error_settle_seconds=settings.error_settle_seconds,
+            error_recheck_seconds=settings.error_recheck_seconds,
+            capacity_retry_seconds=settings.capacity_retry_seconds,
         )
         self.timers = TimerQueue(clock)
         self.health = ReconcileHealth(self.alerts, settings.degraded_after_failed_passes)
@@ -119,22 +124,29 @@ class Engine:
         record = self.store.get(job_key(job_id))
         if record is None:
             return
-        state_name = vertex_state_name(job)
         with self._lock(job_id):
-            events: list[ev.Event] = []
-            exit_reason = None
-            if state_name in VERTEX_TERMINAL:
-                # Learn the latest committed checkpoint and the trainer's exit record first: the
-                # core classifies the ending and measures progress with them.
-                uri = record.document["request"]["checkpoint"]["uri"]
-                latest = self.checkpoints.latest(uri)
-                if latest is not None:
-                    events.append(ev.CheckpointObserved(latest.step, latest.uri))
-                record_ = self.checkpoints.exit_record(uri, attempt)
-                exit_reason = record_.reason if record_ is not None else None
-            events.append(observed_event(job, attempt, exit_reason))
-            for event in events:
+            for event in self._observation_events(job, record.document, attempt):
                 self.apply(job_id, event)
+
+    def _observation_events(
+        self, job: aiplatform_v1.CustomJob, document: dict, attempt: int
+    ) -> list[ev.Event]:
+        events: list[ev.Event] = []
+        exit_reason = None
+        current = JobState.from_dict(document["state"]).current
+        deciding = current is not None and current.number == attempt and not current.ended
+        if deciding and vertex_state_name(job) in VERTEX_TERMINAL:
+            # Learn the latest committed checkpoint and the trainer's exit record first: the
+            # core classifies the ending and measures progress with them. (Endings already
+            # classified, e.g. earlier attempts listed on every pass, need neither.)
+            uri = document["request"]["checkpoint"]["uri"]
+            latest = self.checkpoints.latest(uri)
+            if latest is not None:
+                events.append(ev.CheckpointObserved(latest.step, latest.uri))
+            record_ = self.checkpoints.exit_record(uri, attempt)
+            exit_reason = record_.reason if record_ is not None else None
+        events.append(observed_event(job, attempt, exit_reason))
+        return events
 
     def reconcile(self) -> None:
         """Level-triggered pass: list our Vertex jobs, feed what is seen, tick every live job.
@@ -247,6 +259,12 @@ class Engine:
         if isinstance(action, ScheduleWakeup):
             self.timers.schedule(job_id, action.at)
             return []
+        if isinstance(action, ReadVertexJob):
+            job = self.vertex.get(action.vertex_name)
+            if job is None:
+                return [ev.VertexJobMissing(action.attempt, action.vertex_name)]
+            record = self.store.get(job_key(job_id))
+            return [] if record is None else self._observation_events(job, record.document, action.attempt)
         if isinstance(action, RaiseAlert):
             self.alerts.raise_alert(
                 action.kind,
@@ -288,6 +306,9 @@ class Engine:
         except SubmitRejected as error:
             bound.error("vertex rejected the job", error=str(error))
             return [ev.SubmitFailed(action.attempt, str(error), permanent=True)]
+        except CreateQuotaExceeded as error:
+            bound.warning("vertex refused the job for quota; waiting for capacity", error=str(error))
+            return [ev.SubmitFailed(action.attempt, str(error), permanent=False, capacity=True)]
         except gexc.GoogleAPICallError as error:
             bound.warning("submission failed; will retry", error=str(error))
             return [ev.SubmitFailed(action.attempt, str(error), permanent=False)]
@@ -368,7 +389,7 @@ class Engine:
             and not (old.current and old.current.number == new.current.number and old.current.ended)
         ):
             ending = new.current.ending.value
-            if ending not in ("succeeded", "preempted", "cancelled"):
+            if ending not in ("succeeded", "preempted", "cancelled", "capacity"):  # capacity: no failure
                 self.metrics.failed(ending)
 
     def _resolve_alerts(self, old: JobState, new: JobState) -> None:

@@ -15,15 +15,21 @@ Covered
     addresses on distinct free ports), ``MASTER_ADDR``/``MASTER_PORT``/``WORLD_SIZE``/``RANK``,
     ``AIP_*_DIR`` from ``base_output_directory``, ``CLOUD_ML_JOB_ID``, and the devstack's Python
     first on ``PATH``. Output goes to ``workdir/<job id>/workerpool<i>-<j>.log``.
-  * Gang semantics (one non-zero exit fails the job and tears the rest down),
-    ``scheduling.timeout``, Spot preemption, stockouts, injected API errors, per-minute quotas,
-    and a Cloud Logging LogEntry per state transition handed to ``event_sink``.
+  * Vertex's documented behaviour, as the default, with knobs (``devstack.vertex.behaviour``,
+    which names each source and says documented / assumed / unknown): Spot reclaims (SIGTERM,
+    grace, SIGKILL, in-place restarts, then a STOCKOUT-style FAILED), success on the primary
+    replica's exit 0, 134/139 retried 3 times, user errors with the documented text and code 3,
+    stockouts retried then failed with the documented text, ``error`` set a delay after FAILED,
+    quota shortfalls (QUEUED or 429), Scheduling (STANDARD/SPOT/FLEX_START with
+    ``max_wait_duration``, ``timeout``, ``disable_retries``), the documented service log lines.
+  * Faults: injected API errors, per-minute quotas, creates served with their reply lost.
 
 NOT emulated
   * Container images (the image URI is only recorded), accelerators and machine types, disks,
     networks, service accounts, reservations, persistent resources, autoscaling.
-  * Vertex's own restarts: a failed worker is not restarted, a job is not retried on internal
-    errors, and ``restart_job_on_worker_restart`` / ``disable_retries`` are ignored.
+  * Restarts of a single worker ("other errors": up to 5 worker restarts, then 3 job retries),
+    internal-error retries, out-of-memory endings, partial reclaims (a reclaim takes every
+    replica, so ``restart_job_on_worker_restart`` changes nothing here).
   * ``python_package_spec`` pools and pools without an explicit ``command``.
   * Authentication, IAM, and the REST transport; the job store is in memory only.
 """

@@ -31,23 +31,19 @@ from google.protobuf import empty_pb2
 from google.rpc import status_pb2
 
 from devstack.vertex import events
+from devstack.vertex.behaviour import QUOTA_TEXT, VertexBehaviour
+from devstack.vertex.errors import ApiError
 from devstack.vertex.faults import ApiFaults, Quotas
 from devstack.vertex.filters import FilterError, parse_filter
-from devstack.vertex.jobrun import JobRecord, JobRunner, Stockout
+from devstack.vertex.jobrun import JobRecord, JobRunner, Reclaim, Stockout
+from devstack.vertex.service import JobServiceHandler
 from devstack.vertex.validation import validate_custom_job
 
 DEFAULT_PAGE_SIZE = 100
 MAX_PAGE_SIZE = 1000
 _OUTPUT_ONLY_FIELDS = ("name", "state", "create_time", "start_time", "end_time", "update_time", "error")
 
-
-class ApiError(Exception):
-    """An RPC answered with a non-OK status; the gRPC layer turns it into the status."""
-
-    def __init__(self, code: grpc.StatusCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
+QUOTA_MODES = (None, "queue", "reject")
 
 
 def _now() -> datetime:
@@ -72,6 +68,7 @@ class VertexEmulator:
         python_bin_dir: str | None = None,
         provisioning_seconds: float = 0.5,
         kill_grace_seconds: float = 5.0,
+        behaviour: VertexBehaviour | None = None,
     ) -> None:
         self.project = project
         self.region = region
@@ -89,6 +86,9 @@ class VertexEmulator:
         self._ids = itertools.count(time.time_ns() // 1000)
         self._operation_ids = itertools.count(1)
         self._stockout = Stockout()
+        self._quota_shortfall: str | None = None
+        self._lost_create_replies = 0
+        self.behaviour = behaviour or VertexBehaviour()
         self.faults = ApiFaults()
         self.quotas = Quotas()
         self._events = events.EventDispatcher(event_sink)
@@ -98,8 +98,6 @@ class VertexEmulator:
     # ----- lifecycle of the emulator itself -------------------------------------------------
 
     def serve(self, host: str, port: int) -> None:
-        from devstack.vertex.service import JobServiceHandler
-
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="vertex-rpc"))
         server.add_generic_rpc_handlers((JobServiceHandler(self),))
         bound = server.add_insecure_port(f"{host}:{port}")
@@ -139,7 +137,20 @@ class VertexEmulator:
                 job.start_time = now
             if error is not None:
                 job.error = error
-            self._events.publish(events.state_log_entry(self.project, record.job_id, state, now))
+            if events.state_text(state, self.behaviour.log_undocumented_transitions) is not None:
+                self._events.publish(events.state_log_entry(self.project, record.job_id, state, now))
+            self.changed.notify_all()
+
+    def service_log(self, record: JobRecord, text: str) -> None:
+        """A service line that comes with no state change ("Job is preparing.", ...)."""
+        with self.changed:
+            self._events.publish(events.service_log_entry(self.project, record.job_id, text, _now()))
+
+    def set_error(self, record: JobRecord, error: status_pb2.Status) -> None:
+        """Vertex fills a FAILED job's `error` in about a minute after the end [training-service]."""
+        with self.changed:
+            record.job.error = error
+            record.job.update_time = _now()
             self.changed.notify_all()
 
     def advance(self, record: JobRecord, state: JobState) -> None:
@@ -159,6 +170,22 @@ class VertexEmulator:
     def stockout_queues_jobs(self) -> bool:
         with self.changed:
             return self._stockout.queue_seconds > 0
+
+    def stockout_fails(self) -> bool:
+        with self.changed:
+            return self._stockout.fail
+
+    def quota_holds_new_jobs(self) -> bool:
+        with self.changed:
+            return self._quota_shortfall == "queue"
+
+    def take_lost_create_reply(self) -> bool:
+        """Whether this served create's reply is to be lost (see `lose_create_replies`)."""
+        with self.changed:
+            if self._lost_create_replies <= 0:
+                return False
+            self._lost_create_replies -= 1
+            return True
 
     # ----- JobService -----------------------------------------------------------------------
 
@@ -189,6 +216,10 @@ class VertexEmulator:
         with self.changed:
             if self.stopping:
                 raise ApiError(grpc.StatusCode.UNAVAILABLE, "The Vertex stand-in is shutting down.")
+            if self._quota_shortfall == "reject":
+                raise ApiError(
+                    grpc.StatusCode.RESOURCE_EXHAUSTED, QUOTA_TEXT.format(metric=self.behaviour.quota_metric)
+                )
             job_id = str(next(self._ids))
             job.name = f"{self.parent}/customJobs/{job_id}"
             job.create_time = _now()
@@ -273,22 +304,63 @@ class VertexEmulator:
 
     # ----- fault injection and test helpers -------------------------------------------------
 
-    def preempt(self, job_name: str, grace_seconds: float = 30.0) -> bool:
-        """Reclaim the job's Spot VMs: SIGTERM to every replica, SIGKILL after the grace period,
-        and the job FAILS with code 14. False if the job had already ended or is being cancelled;
-        KeyError if the job is unknown."""
+    def preempt(
+        self, job_name: str, grace_seconds: float | None = None, *, end_job: bool | None = None
+    ) -> bool:
+        """Reclaim the job's VMs as Compute Engine reclaims Spot VMs: SIGTERM to every replica,
+        SIGKILL after ``grace_seconds`` (default: the behaviour's 15 s; 0 = SIGKILL with no
+        SIGTERM), then restart the job in place with its environment unchanged while restarts
+        remain, else end it FAILED with the STOCKOUT-style error (``end_job=True`` ends it at
+        once). On Vertex only Spot VMs are reclaimed; devstack reclaims whatever job it is told.
+        False if the job had already ended or is being cancelled; KeyError if it is unknown."""
         with self.changed:
             record = self._jobs[job_name]
             if not record.active or record.cancel_requested:
                 return False  # a cancelling job's machines are going away already
-            if record.preempt_grace is None:
-                record.preempt_grace = max(float(grace_seconds), 0.0)
+            if record.reclaim is None:
+                grace = self.behaviour.reclaim_grace_seconds if grace_seconds is None else grace_seconds
+                ends = self.behaviour.reclaim_ends_job if end_job is None else end_job
+                record.reclaim = Reclaim(max(float(grace), 0.0), bool(ends))
             self.changed.notify_all()
             return True
 
+    def configure(self, **changes) -> VertexBehaviour:
+        """Change behaviour knobs (``devstack.vertex.behaviour``); returns the previous behaviour,
+        which ``restore`` puts back. Running jobs see the change at their next decision."""
+        with self.changed:
+            previous = self.behaviour
+            self.behaviour = previous.with_changes(**changes)
+            self.changed.notify_all()
+            return previous
+
+    def restore(self, behaviour: VertexBehaviour) -> None:
+        with self.changed:
+            self.behaviour = behaviour
+            self.changed.notify_all()
+
+    def set_quota_shortfall(self, mode: str | None) -> None:
+        """Training-resource quota used up [training-service]: ``"queue"`` keeps new jobs QUEUED
+        until cleared, ``"reject"`` answers creates 429 RESOURCE_EXHAUSTED with the text public
+        issue threads show; None clears (and releases queued jobs)."""
+        if mode not in QUOTA_MODES:
+            raise ValueError(f"quota shortfall mode must be one of {QUOTA_MODES}, got {mode!r}")
+        with self.changed:
+            self._quota_shortfall = mode
+            self.changed.notify_all()
+
+    def lose_create_replies(self, count: int = 1) -> None:
+        """The next ``count`` creates are served (the job exists) but answered DEADLINE_EXCEEDED,
+        as when the reply is lost on the way back."""
+        if count < 0:
+            raise ValueError("count must not be negative")
+        with self.changed:
+            self._lost_create_replies = count
+
     def set_stockout(self, queue_seconds: float = 0.0, fail: bool = False) -> None:
-        """New jobs wait ``queue_seconds`` before provisioning and, with ``fail``, then end FAILED
-        (code 8) without running. Defaults clear the stockout and release jobs waiting in it."""
+        """New jobs wait ``queue_seconds`` before provisioning; with ``fail``, provisioning fails
+        (retried 3 times, as documented, while the stockout lasts) and the job ends FAILED with
+        code 8 and the documented text, without running. Defaults clear the stockout and release
+        jobs waiting in it."""
         if queue_seconds < 0:
             raise ValueError("queue_seconds must not be negative")
         with self.changed:
@@ -315,6 +387,13 @@ class VertexEmulator:
                 record = self._jobs.get(job_name)
                 last = record.job.state.name if record else "missing"
                 raise TimeoutError(f"{job_name} did not reach {sorted(s.name for s in states)}; it is {last}")
+            return _copy(self._jobs[job_name].job)
+
+    def wait_for_error(self, job_name: str, timeout: float) -> CustomJob:
+        """Block until the ended job's `error` is set (Vertex sets it after the end)."""
+        with self.changed:
+            if not self.changed.wait_for(lambda: "error" in self._jobs[job_name].job, timeout):
+                raise TimeoutError(f"{job_name} got no error within {timeout}s")
             return _copy(self._jobs[job_name].job)
 
     def replica_pids(self, job_name: str) -> dict[str, int]:
@@ -346,6 +425,7 @@ def start_vertex(
     python_bin_dir: str | None = None,
     provisioning_seconds: float = 0.5,
     kill_grace_seconds: float = 5.0,
+    behaviour: VertexBehaviour | None = None,
 ) -> VertexEmulator:
     """Start the JobService stand-in on ``host:port`` (0 picks a free port; see ``.host_port``)."""
     emulator = VertexEmulator(
@@ -356,6 +436,7 @@ def start_vertex(
         python_bin_dir=python_bin_dir,
         provisioning_seconds=provisioning_seconds,
         kill_grace_seconds=kill_grace_seconds,
+        behaviour=behaviour,
     )
     emulator.serve(host, port)
     return emulator

@@ -1,39 +1,34 @@
-"""One CustomJob's life on its own thread: queue, provision, run the gang, end it.
+"""One CustomJob's life on its own thread: queue, provision, run the gang, restart it in place
+where Vertex does, end it.
 
-The thread only decides *what* happens; every state change goes through the emulator
-(``host``), which owns the lock, the job store and the event stream.
+The thread only decides *what* happens; every state change goes through the host (the emulator,
+seen through `devstack.vertex.host.JobHost`), which owns the lock, the job store and the log.
+Behaviours and their sources: `devstack.vertex.behaviour`.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from google.cloud.aiplatform_v1 import CustomJob, JobState
-from google.rpc import status_pb2
+from google.cloud.aiplatform_v1 import CustomJob, JobState, Scheduling
+from google.rpc import code_pb2, status_pb2
 
 from devstack.vertex import replicas as replica_procs
+from devstack.vertex.behaviour import INTERNAL_TEXT, STOCKOUT_TEXT
+from devstack.vertex.host import JobHost
 from devstack.vertex.replicas import Replica
 
-if TYPE_CHECKING:
-    from devstack.vertex.emulator import VertexEmulator
-
 log = logging.getLogger(__name__)
-
-# google.rpc.Code values Vertex uses for job endings (docs/contracts.md).
-CODE_CANCELLED = 1
-CODE_INVALID_ARGUMENT = 3
-CODE_DEADLINE_EXCEEDED = 4
-CODE_RESOURCE_EXHAUSTED = 8
-CODE_INTERNAL = 13
-CODE_UNAVAILABLE = 14
 
 TERMINAL_STATES = frozenset(
     {JobState.JOB_STATE_SUCCEEDED, JobState.JOB_STATE_FAILED, JobState.JOB_STATE_CANCELLED}
 )
+PRIMARY = "workerpool0-0"
 
 
 @dataclass(frozen=True)
@@ -42,17 +37,29 @@ class Stockout:
     fail: bool = False
 
 
+@dataclass(frozen=True)
+class Reclaim:
+    """A reclaim of the job's Spot VMs, as asked for by `preempt`."""
+
+    grace_seconds: float
+    end_job: bool
+
+
 @dataclass
 class JobRecord:
-    """The emulator's bookkeeping for one job; guarded by the emulator's lock."""
+    """The emulator's bookkeeping for one job; guarded by the host's lock."""
 
     job: CustomJob
     job_id: str
     stockout: Stockout
     replicas: list[Replica] = field(default_factory=list)
-    exit_order: list[Replica] = field(default_factory=list)
+    # (generation, replica) in the order replicas exited; a restart starts a new generation.
+    exit_order: list[tuple[int, Replica]] = field(default_factory=list)
+    generation: int = 0
     cancel_requested: bool = False
-    preempt_grace: float | None = None
+    reclaim: Reclaim | None = None
+    reclaim_restarts: int = 0
+    crash_restarts: int = 0
     thread: threading.Thread | None = None
 
     @property
@@ -61,10 +68,14 @@ class JobRecord:
 
     @property
     def interrupted(self) -> bool:
-        return self.cancel_requested or self.preempt_grace is not None
+        return self.cancel_requested or self.reclaim is not None
+
+    @property
+    def scheduling(self) -> Scheduling:
+        return self.job.job_spec.scheduling
 
 
-def _status(code: int, message: str) -> status_pb2.Status:
+def status(code: int, message: str) -> status_pb2.Status:
     return status_pb2.Status(code=code, message=message)
 
 
@@ -73,9 +84,10 @@ def _seconds_text(seconds: float) -> str:
 
 
 class JobRunner:
-    def __init__(self, host: VertexEmulator, record: JobRecord) -> None:
+    def __init__(self, host: JobHost, record: JobRecord) -> None:
         self.host = host
         self.record = record
+        self._deadline: float | None = None  # scheduling.timeout, counted from the first start
 
     def run(self) -> None:
         try:
@@ -83,119 +95,240 @@ class JobRunner:
         except Exception:
             log.exception("vertex job %s: runner crashed", self.record.job_id)
             replica_procs.terminate(self.record.replicas, 0.0)
-            self.host.finish(
-                self.record,
-                JobState.JOB_STATE_FAILED,
-                _status(CODE_INTERNAL, "Internal error occurred for the current attempt."),
-            )
+            self.host.finish(self.record, JobState.JOB_STATE_FAILED, status(code_pb2.INTERNAL, INTERNAL_TEXT))
 
-    def _wait(self, predicate, seconds: float | None) -> None:
+    # ----- waiting ---------------------------------------------------------------------------
+
+    def _wait(self, predicate: Callable[[], bool], seconds: float | None) -> bool:
         """Block until ``predicate()`` holds (re-checked on every change) or ``seconds`` pass."""
         with self.host.changed:
-            self.host.changed.wait_for(predicate, timeout=seconds)
+            return self.host.changed.wait_for(predicate, timeout=seconds)
 
     def _stop_or_interrupt_seen(self) -> bool:
         return self.host.stopping or self.record.interrupted
 
     def _end_if_interrupted(self) -> bool:
-        """Before replicas exist, a stop, preemption or cancel ends the job at once."""
-        record = self.record
-        if self.host.stopping:
+        """Before replicas run, a stop, reclaim or cancel ends the job at once."""
+        record, host = self.record, self.host
+        if host.stopping:
             return True
-        if record.preempt_grace is not None:
-            self.host.finish(record, JobState.JOB_STATE_FAILED, self._preempted_error())
+        if record.reclaim is not None:
+            self._fail(self._reclaim_error())
             return True
         if record.cancel_requested:
-            self.host.finish(record, JobState.JOB_STATE_CANCELLED, _status(CODE_CANCELLED, "CANCELED"))
+            host.finish(record, JobState.JOB_STATE_CANCELLED, status(code_pb2.CANCELLED, "CANCELED"))
             return True
         return False
 
+    # ----- the life of the job ---------------------------------------------------------------
+
     def _run(self) -> None:
+        if not self._wait_in_queue():
+            return
+        self.host.advance(self.record, JobState.JOB_STATE_PENDING)
+        if not self._provision():
+            return
+        self.host.service_log(self.record, "Job is preparing.")
+        self._run_gang()
+
+    def _wait_in_queue(self) -> bool:
+        """QUEUED while a stockout or a quota shortfall holds new jobs back [training-service];
+        a FLEX_START job waits at most its max_wait_duration [types]. False if the job ended."""
         record, host = self.record, self.host
-        # Queued while a stockout holds new jobs back; clearing the stockout lets them through.
-        self._wait(
-            lambda: self._stop_or_interrupt_seen() or not host.stockout_queues_jobs(),
-            record.stockout.queue_seconds,
-        )
-        if self._end_if_interrupted():
-            return
-        host.advance(record, JobState.JOB_STATE_PENDING)
-        self._wait(self._stop_or_interrupt_seen, host.provisioning_seconds)
-        if self._end_if_interrupted():
-            return
-        if record.stockout.fail:
-            host.finish(
-                record,
-                JobState.JOB_STATE_FAILED,
-                _status(CODE_RESOURCE_EXHAUSTED, f"Resources are insufficient in region: {host.region}."),
+        queued_at = time.monotonic()
+        stockout_until = queued_at + record.stockout.queue_seconds
+        max_wait = self._flex_start_max_wait()
+        give_up_at = queued_at + max_wait if max_wait else None
+
+        def held() -> bool:
+            return host.quota_holds_new_jobs() or (
+                host.stockout_queues_jobs() and time.monotonic() < stockout_until
             )
-            return
-        self._launch()
-        host.advance(record, JobState.JOB_STATE_RUNNING)  # an interruption is handled by _watch
-        self._watch()
+
+        while held():
+            if give_up_at is not None and time.monotonic() >= give_up_at:
+                self._fail(status(code_pb2.RESOURCE_EXHAUSTED, STOCKOUT_TEXT.format(region=host.region)))
+                return False
+            wakes = [t for t in (stockout_until, give_up_at) if t is not None and t > time.monotonic()]
+            timeout = min(wakes) - time.monotonic() if wakes else None
+            self._wait(lambda: self._stop_or_interrupt_seen() or not held(), timeout)
+            if self._stop_or_interrupt_seen():
+                break
+        return not self._end_if_interrupted()
+
+    def _flex_start_max_wait(self) -> float:
+        scheduling = self.record.scheduling
+        if scheduling.strategy != Scheduling.Strategy.FLEX_START:
+            return 0.0
+        if "max_wait_duration" in scheduling:
+            return scheduling.max_wait_duration.total_seconds()  # 0 = wait for ever
+        return self.host.behaviour.flex_start_default_max_wait_seconds
+
+    def _provision(self) -> bool:
+        """PENDING while VMs are found; a stockout is retried [training-service] and then fails the
+        job with the documented text. False if the job ended."""
+        host = self.host
+        tries = 1 + (0 if self._retries_disabled() else host.behaviour.stockout_restarts)
+        for _ in range(tries):
+            self._wait(self._stop_or_interrupt_seen, host.provisioning_seconds)
+            if self._end_if_interrupted():
+                return False
+            if not host.stockout_fails():
+                return True
+        self._fail(status(code_pb2.RESOURCE_EXHAUSTED, STOCKOUT_TEXT.format(region=host.region)))
+        return False
+
+    def _retries_disabled(self) -> bool:
+        return bool(self.record.scheduling.disable_retries)
+
+    def _run_gang(self) -> None:
+        record, host = self.record, self.host
+        while True:
+            self._launch()
+            if self._deadline is None:
+                timeout = record.scheduling.timeout.total_seconds()
+                self._deadline = time.monotonic() + timeout if timeout > 0 else None
+            host.advance(record, JobState.JOB_STATE_RUNNING)  # an interruption is handled below
+            if not self._watch_once():
+                return
+            # Restarted in place: the same job, the same environment, new replica processes.
+            if host.behaviour.pending_during_restart:
+                host.advance(record, JobState.JOB_STATE_PENDING)
+                self._wait(self._stop_or_interrupt_seen, host.provisioning_seconds)
+            if self._end_if_interrupted():
+                return
 
     def _launch(self) -> None:
         record, host = self.record, self.host
         plans = replica_procs.plan_replicas(record.job.job_spec, record.job_id, host.python_bin_dir)
         log_dir = Path(host.workdir) / record.job_id
-        launched = [replica_procs.launch(plan, log_dir, self._on_replica_exit) for plan in plans]
+        with host.changed:
+            record.generation += 1
+            generation = record.generation
+
+        def on_exit(replica: Replica) -> None:
+            with host.changed:
+                record.exit_order.append((generation, replica))
+                host.changed.notify_all()
+
+        launched = [replica_procs.launch(plan, log_dir, on_exit) for plan in plans]
         with host.changed:
             record.replicas = launched
             host.changed.notify_all()
 
-    def _on_replica_exit(self, replica: Replica) -> None:
-        with self.host.changed:
-            self.record.exit_order.append(replica)
-            self.host.changed.notify_all()
+    def _exits(self) -> list[Replica]:
+        """This generation's replicas, in the order they exited."""
+        return [r for g, r in self.record.exit_order if g == self.record.generation]
 
     def _first_failure(self) -> Replica | None:
-        return next((r for r in self.record.exit_order if r.exit_status != 0), None)
+        return next((r for r in self._exits() if r.exit_status != 0), None)
 
-    def _all_succeeded(self) -> bool:
-        return len(self.record.exit_order) == len(self.record.replicas) and self._first_failure() is None
+    def _primary_succeeded(self) -> bool:
+        return any(r.plan.name == PRIMARY and r.exit_status == 0 for r in self._exits())
 
-    def _watch(self) -> None:
+    def _timed_out(self) -> bool:
+        return self._deadline is not None and time.monotonic() >= self._deadline
+
+    def _watch_once(self) -> bool:
+        """Wait for the gang's next event and act on it. True: restart the gang in place."""
         record, host = self.record, self.host
-        timeout = record.job.job_spec.scheduling.timeout.total_seconds()
+        behaviour = host.behaviour
+        remaining = None if self._deadline is None else max(0.0, self._deadline - time.monotonic())
         self._wait(
             lambda: (
-                self._stop_or_interrupt_seen() or self._first_failure() is not None or self._all_succeeded()
+                self._stop_or_interrupt_seen()
+                or self._first_failure() is not None
+                or self._primary_succeeded()
+                or self._timed_out()
             ),
-            timeout if timeout > 0 else None,
+            remaining,
         )
-        # Decide under the lock so a late cancel or preemption cannot slip between check and act.
+        # Decide under the lock so a late cancel or reclaim cannot slip between check and act.
         with host.changed:
             stopping = host.stopping
-            preempt_grace = record.preempt_grace
+            reclaim = record.reclaim
             cancelled = record.cancel_requested
             failure = self._first_failure()
-            succeeded = self._all_succeeded()
+            succeeded = self._primary_succeeded()
 
         if stopping:
             replica_procs.terminate(record.replicas, min(host.kill_grace_seconds, 1.0))
-        elif preempt_grace is not None:
-            replica_procs.terminate(record.replicas, preempt_grace)
-            host.finish(record, JobState.JOB_STATE_FAILED, self._preempted_error())
-        elif cancelled:
+            return False
+        if reclaim is not None:
+            # SIGTERM, the grace, SIGKILL; a grace of 0 is a SIGKILL with no warning at all.
+            replica_procs.terminate(record.replicas, reclaim.grace_seconds, sigterm=reclaim.grace_seconds > 0)
+            restarts_allowed = not (
+                self._retries_disabled() and behaviour.disable_retries_stops_reclaim_restarts
+            )
+            with host.changed:
+                restart = (
+                    not reclaim.end_job
+                    and restarts_allowed
+                    and record.reclaim_restarts < behaviour.reclaim_restarts
+                    and not record.cancel_requested
+                )
+                if restart:
+                    record.reclaim_restarts += 1
+                    record.reclaim = None
+            if restart:
+                return True
+            self._fail(self._reclaim_error())
+            return False
+        if cancelled:
             replica_procs.terminate(record.replicas, host.kill_grace_seconds)
-            host.finish(record, JobState.JOB_STATE_CANCELLED, _status(CODE_CANCELLED, "CANCELED"))
-        elif failure is not None:
+            host.finish(record, JobState.JOB_STATE_CANCELLED, status(code_pb2.CANCELLED, "CANCELED"))
+            return False
+        if failure is not None:
             replica_procs.terminate(record.replicas, host.kill_grace_seconds)
+            if (
+                failure.exit_status in behaviour.crash_restart_exit_codes
+                and record.crash_restarts < behaviour.crash_restarts
+                and not self._retries_disabled()
+            ):
+                record.crash_restarts += 1
+                return True
             message = (
                 f"The replica {failure.plan.name} exited with a non-zero status of "
                 f"{failure.exit_status}. Termination reason: Error."
             )
-            host.finish(record, JobState.JOB_STATE_FAILED, _status(CODE_INVALID_ARGUMENT, message))
-        elif succeeded:
-            host.finish(record, JobState.JOB_STATE_SUCCEEDED)
-        else:
+            self._fail(status(code_pb2.INVALID_ARGUMENT, message))
+            return False
+        if succeeded:
+            # "A training job completes successfully when its primary replica exits with exit
+            # code 0. At that point, Vertex AI shuts down all the other running workers."
+            host.service_log(record, "Tearing down training program.")
             replica_procs.terminate(record.replicas, host.kill_grace_seconds)
-            message = f"Job exceeded its timeout of {_seconds_text(timeout)}."
-            host.finish(record, JobState.JOB_STATE_FAILED, _status(CODE_DEADLINE_EXCEEDED, message))
-
-    def _preempted_error(self) -> status_pb2.Status:
-        return _status(
-            CODE_UNAVAILABLE,
-            "The replica workerpool0-0 was preempted: the Spot VM was reclaimed. "
-            "Termination reason: Preempted.",
+            host.finish(record, JobState.JOB_STATE_SUCCEEDED)
+            return False
+        replica_procs.terminate(record.replicas, host.kill_grace_seconds)
+        timeout = record.scheduling.timeout.total_seconds()
+        self._fail(
+            status(code_pb2.DEADLINE_EXCEEDED, f"Job exceeded its timeout of {_seconds_text(timeout)}.")
         )
+        return False
+
+    # ----- endings ---------------------------------------------------------------------------
+
+    def _reclaim_error(self) -> status_pb2.Status:
+        behaviour = self.host.behaviour
+        return status(
+            behaviour.reclaim_error_code, behaviour.reclaim_error_text.format(region=self.host.region)
+        )
+
+    def _fail(self, error: status_pb2.Status) -> None:
+        """End FAILED; `error` follows after the documented delay (a reader may see none)."""
+        host, record = self.host, self.record
+        if record.replicas:
+            host.service_log(record, "Tearing down training program.")
+        if host.behaviour.failed_error_delay_seconds <= 0:
+            host.finish(record, JobState.JOB_STATE_FAILED, error)
+            return
+        host.finish(record, JobState.JOB_STATE_FAILED)
+        with host.changed:  # the delay is re-read on each change: a knob changed meanwhile applies
+            ended_at = time.monotonic()
+            while not host.stopping:
+                remaining = ended_at + host.behaviour.failed_error_delay_seconds - time.monotonic()
+                if remaining <= 0:
+                    break
+                host.changed.wait(remaining)
+        host.set_error(record, error)

@@ -205,11 +205,15 @@ def launch(plan: ReplicaPlan, log_dir: Path, on_exit: Callable[[Replica], None])
     return replica
 
 
-def terminate(replicas: list[Replica], grace_seconds: float, poll_seconds: float = 0.05) -> None:
+def terminate(
+    replicas: list[Replica], grace_seconds: float, poll_seconds: float = 0.05, *, sigterm: bool = True
+) -> None:
     """SIGTERM every replica's process group, wait up to ``grace_seconds`` for the groups to
-    empty, SIGKILL what is left, and return once every replica process has been reaped."""
-    for replica in replicas:
-        replica.signal_group(signal.SIGTERM)
+    empty, SIGKILL what is left, and return once every replica process has been reaped.
+    ``sigterm=False`` skips the warning: a hard stop, as when a VM is powered off at once."""
+    if sigterm:
+        for replica in replicas:
+            replica.signal_group(signal.SIGTERM)
     deadline = time.monotonic() + max(grace_seconds, 0.0)
     while any(r.group_alive() for r in replicas):
         remaining = deadline - time.monotonic()

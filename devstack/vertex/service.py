@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import grpc
 from google.cloud.aiplatform_v1 import (
@@ -23,10 +23,8 @@ from google.cloud.aiplatform_v1 import (
 )
 from google.longrunning import operations_pb2
 
-from devstack.vertex.emulator import ApiError
-
-if TYPE_CHECKING:
-    from devstack.vertex.emulator import VertexEmulator
+from devstack.vertex.errors import ApiError
+from devstack.vertex.faults import ApiFaults, Quotas
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +43,23 @@ class _Method:
     is_create: bool = False
 
 
+class JobServiceBackend(Protocol):
+    """What the gRPC face needs of the emulator (so this module never imports it)."""
+
+    faults: ApiFaults
+    quotas: Quotas
+
+    def create_custom_job(self, request: CreateCustomJobRequest) -> CustomJob: ...
+    def get_custom_job(self, request: GetCustomJobRequest) -> CustomJob: ...
+    def list_custom_jobs(self, request: ListCustomJobsRequest) -> ListCustomJobsResponse: ...
+    def cancel_custom_job(self, request: CancelCustomJobRequest) -> Any: ...
+    def delete_custom_job(self, request: DeleteCustomJobRequest) -> operations_pb2.Operation: ...
+    def get_operation(self, request: operations_pb2.GetOperationRequest) -> operations_pb2.Operation: ...
+    def take_lost_create_reply(self) -> bool: ...
+
+
 class JobServiceHandler(grpc.GenericRpcHandler):
-    def __init__(self, emulator: VertexEmulator) -> None:
+    def __init__(self, emulator: JobServiceBackend) -> None:
         self._emulator = emulator
         self._methods = {
             _JOB_SERVICE + "CreateCustomJob": _Method(
@@ -88,12 +101,16 @@ class JobServiceHandler(grpc.GenericRpcHandler):
             if over_quota is not None:
                 context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, over_quota)
             try:
-                return method.call(request)
+                reply = method.call(request)
             except ApiError as error:
                 context.abort(error.code, error.message)
             except Exception:
                 # A bug in the stand-in: say so in its log instead of a bare UNKNOWN to the client.
                 log.exception("vertex stand-in failed to serve %s", type(request).__name__)
                 context.abort(grpc.StatusCode.INTERNAL, "devstack: internal error in the Vertex stand-in.")
+            if method.is_create and self._emulator.take_lost_create_reply():
+                # Served, then the reply is lost: the job exists, the caller sees a deadline.
+                context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+            return reply
 
         return behaviour

@@ -32,8 +32,12 @@ def command_job(
     env: Mapping[str, str] | None = None,
     timeout_seconds: float | None = None,
     base_output_directory: str | None = None,
+    strategy: str | None = None,
+    disable_retries: bool | None = None,
+    max_wait_seconds: float | None = None,
 ) -> CustomJob:
-    """A CustomJob whose pool i runs ``pools[i] = (replica_count, command)``."""
+    """A CustomJob whose pool i runs ``pools[i] = (replica_count, command)``; ``strategy`` is a
+    Scheduling.Strategy name (unset: Vertex's default, STANDARD)."""
     worker_pools = [
         WorkerPoolSpec(
             replica_count=count,
@@ -47,7 +51,13 @@ def command_job(
     ]
     spec = CustomJobSpec(worker_pool_specs=worker_pools)
     if timeout_seconds is not None:
-        spec.scheduling = Scheduling(timeout=timedelta(seconds=timeout_seconds))
+        spec.scheduling.timeout = timedelta(seconds=timeout_seconds)
+    if strategy is not None:
+        spec.scheduling.strategy = Scheduling.Strategy[strategy]
+    if disable_retries is not None:
+        spec.scheduling.disable_retries = disable_retries
+    if max_wait_seconds is not None:
+        spec.scheduling.max_wait_duration = timedelta(seconds=max_wait_seconds)
     if base_output_directory is not None:
         spec.base_output_directory = {"output_uri_prefix": base_output_directory}
     return CustomJob(display_name=display_name, labels=dict(labels or {}), job_spec=spec)

@@ -29,6 +29,9 @@ def make_engine(devstack, tmp_path, alerts_topic):
             "region": REGION,
             "reconcile_seconds": 1,
             "submit_retry_seconds": 0.5,
+            "error_settle_seconds": 10,
+            "error_recheck_seconds": 0.5,
+            "capacity_retry_seconds": 0.5,
             **overrides,
         }
         settings = Settings(**values)

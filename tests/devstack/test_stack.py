@@ -120,12 +120,24 @@ def test_control_server_preempts_and_injects_api_faults(devstack):
     devstack.vertex.wait_for_state(job.name, {JobState.JOB_STATE_RUNNING}, timeout=60)
     assert job.name in [j["name"] for j in control.status()["jobs"]]
 
-    assert control.preempt(job.name, grace_seconds=1) is True
-    ended = devstack.vertex.wait_for_state(job.name, {JobState.JOB_STATE_FAILED}, timeout=60)
-    assert ended.error.code == 14
+    assert control.preempt(job.name, grace_seconds=1, end_job=True) is True
+    devstack.vertex.wait_for_state(job.name, {JobState.JOB_STATE_FAILED}, timeout=60)
+    ended = devstack.vertex.wait_for_error(job.name, timeout=60)
+    assert ended.error.code == 8 and ended.error.message.startswith("Resources are insufficient in region")
     assert control.preempt(job.name) is False  # already over
     with pytest.raises(ControlError, match="unknown job"):
         control.preempt(f"{_parent()}/customJobs/999999")
+
+    control.quota_shortfall("reject")
+    try:
+        with pytest.raises(gexc.ResourceExhausted):
+            jobs.create_custom_job(
+                parent=_parent(), custom_job=command_job("over", [(1, ["python", "-c", "pass"])]), retry=None
+            )
+    finally:
+        control.quota_shortfall(None)
+    with pytest.raises(ControlError, match="unknown Vertex behaviour knob"):
+        control.configure(no_such_knob=1)
 
     control.faults(1.0, ["UNAVAILABLE"], seed=1)
     try:

@@ -87,6 +87,8 @@ def test_list_filters_on_labels_state_and_display_name_with_paging(vertex, clien
     assert {job.name for page in pages for job in page.custom_jobs} == team_a
 
     assert set(_list_names(client, f'labels.run="{run}" AND labels.team:*', page_size=1)) == set(names)
+    # Quoted values (what the controller sends) select what bare ones do.
+    assert set(_list_names(client, f'labels.run="{run}" AND labels.team="a"')) == team_a
     assert set(_list_names(client, f"labels.run={run} AND state=JOB_STATE_QUEUED")) == set(names)
     assert _list_names(client, f'labels.run={run} AND state="JOB_STATE_RUNNING"') == []
     assert _list_names(client, f'display_name="{run}-3"') == [names[3]]

@@ -1,4 +1,5 @@
-"""Job lifecycle of the Vertex stand-in: real replica processes, gang endings, fault injection."""
+"""Job lifecycle of the Vertex stand-in: real replica processes, gang endings, fault injection,
+and Vertex's documented behaviour (devstack.vertex.behaviour) with shorter durations."""
 
 from __future__ import annotations
 
@@ -12,9 +13,11 @@ from pathlib import Path
 
 import pytest
 from google.api_core import exceptions
+from google.api_core.gapic_v1.method import DEFAULT as gapic_default
 from google.cloud.aiplatform_v1 import JobState
 
 from devstack.vertex import start_vertex
+from devstack.vertex.behaviour import VertexBehaviour
 from devstack.vertex.testing import command_job, job_service_client, process_alive, wait_until
 
 PROJECT = "relaunch-dev"
@@ -63,6 +66,7 @@ def vertex(tmp_path_factory, events):
         event_sink=events,
         provisioning_seconds=0.05,
         kill_grace_seconds=1.0,
+        behaviour=VertexBehaviour(reclaim_grace_seconds=5.0, failed_error_delay_seconds=0.3),
     )
     yield emulator
     pids = [pid for job in emulator.jobs() for pid in emulator.replica_pids(job.name).values()]
@@ -82,8 +86,9 @@ def script(tmp_path: Path, name: str, body: str) -> list[str]:
     return ["python", str(path)]
 
 
-def create(client, display_name: str, pools, **kwargs):
-    return client.create_custom_job(parent=PARENT, custom_job=command_job(display_name, pools, **kwargs))
+def create(client, display_name: str, pools, *, retry=gapic_default, **kwargs):
+    job = command_job(display_name, pools, **kwargs)
+    return client.create_custom_job(parent=PARENT, custom_job=job, retry=retry)
 
 
 def job_id(job) -> str:
@@ -249,7 +254,8 @@ def test_one_failing_replica_fails_the_gang_and_kills_the_rest(vertex, client, t
     vertex.wait_for_state(job.name, RUNNING, timeout=30)
     primary = vertex.replica_pids(job.name)["workerpool0-0"]
 
-    ended = vertex.wait_for_state(job.name, DONE, timeout=60)
+    vertex.wait_for_state(job.name, DONE, timeout=60)
+    ended = vertex.wait_for_error(job.name, timeout=30)
 
     assert ended.state == JobState.JOB_STATE_FAILED
     assert ended.error.code == 3
@@ -259,54 +265,242 @@ def test_one_failing_replica_fails_the_gang_and_kills_the_rest(vertex, client, t
     assert not process_alive(primary)
 
 
-def test_preemption_sigterms_replicas_and_fails_with_code_14(vertex, client, tmp_path):
-    ready = tmp_path / "handler-installed"
-    noticed = tmp_path / "sigterm-noticed"
-    checkpoints_on_sigterm = script(
+def spot_replica(tmp_path: Path, name: str = "spot") -> tuple[list[str], Path, Path]:
+    """A replica that logs each start (with its RELAUNCH_RESUME_FROM) and each SIGTERM."""
+    starts = tmp_path / f"{name}-starts"
+    sigterms = tmp_path / f"{name}-sigterms"
+    command = script(
         tmp_path,
-        "spot",
+        name,
         f"""
-        import pathlib, signal, sys, time
+        import os, signal, sys, time
         def on_sigterm(signum, frame):
-            pathlib.Path({str(noticed)!r}).write_text("checkpoint saved")
+            with open({str(sigterms)!r}, "a") as f:
+                f.write("saved\\n")
             sys.exit(75)
         signal.signal(signal.SIGTERM, on_sigterm)
+        with open({str(starts)!r}, "a") as f:
+            f.write(os.environ.get("RELAUNCH_RESUME_FROM", "") + "\\n")
+        time.sleep(600)
+        """,
+    )
+    return command, starts, sigterms
+
+
+def lines(path: Path) -> list[str]:
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def test_reclaim_sigterms_then_restarts_the_job_in_place_with_the_same_environment(vertex, client, tmp_path):
+    command, starts, sigterms = spot_replica(tmp_path)
+    previous = vertex.configure(reclaim_restarts=2)
+    try:
+        job = create(
+            client, "spot", [(1, command)], strategy="SPOT", env={"RELAUNCH_RESUME_FROM": "gs://b/s-4"}
+        )
+        wait_until(lambda: len(lines(starts)) == 1, 30, "the first start")
+        for restart in (1, 2):
+            assert vertex.preempt(job.name)
+            wait_until(lambda n=restart: len(lines(starts)) == n + 1, 60, f"in-place restart {restart}")
+            assert client.get_custom_job(name=job.name).state == JobState.JOB_STATE_RUNNING
+        assert lines(sigterms) == ["saved", "saved"]  # each reclaim warned the replica first
+        assert lines(starts) == ["gs://b/s-4"] * 3  # the environment is unchanged
+        # No restart left: the third reclaim ends the job with the STOCKOUT-style error.
+        assert vertex.preempt(job.name)
+        failed = vertex.wait_for_state(job.name, DONE, timeout=60)
+    finally:
+        vertex.restore(previous)
+    assert failed.state == JobState.JOB_STATE_FAILED
+    assert "error" not in failed  # Vertex sets it only later
+    ended = vertex.wait_for_error(job.name, timeout=30)
+    assert ended.error.code == 8
+    assert ended.error.message == (
+        f"Resources are insufficient in region: {REGION}. Try a different region or use a different accelerator."
+    )
+    assert not {"preempt", "spot"} & set(ended.error.message.lower().replace(".", " ").split())
+    assert vertex.preempt(job.name) is False  # an ended job cannot be reclaimed again
+
+
+def test_the_state_shown_during_an_in_place_restart_is_a_knob(vertex, client, events, tmp_path):
+    command, starts, _ = spot_replica(tmp_path)
+    previous = vertex.configure(pending_during_restart=True)
+    try:
+        job = create(client, "spot-pending", [(1, command)], strategy="SPOT")
+        wait_until(lambda: len(lines(starts)) == 1, 30, "the first start")
+        assert vertex.preempt(job.name, grace_seconds=1)
+        wait_until(lambda: len(lines(starts)) == 2, 60, "the in-place restart")
+    finally:
+        vertex.restore(previous)
+
+    def texts() -> list[str]:
+        return [e["textPayload"] for e in events.for_job(job_id(job))]
+
+    wait_until(lambda: texts().count("Job is running.") == 2, 30, "RUNNING again after the restart")
+    after_first_run = texts()[texts().index("Job is running.") + 1 :]
+    assert after_first_run.count("Waiting for job to be provisioned.") == 1  # PENDING in between
+    client.cancel_custom_job(name=job.name)
+    vertex.wait_for_state(job.name, DONE, timeout=60)
+
+
+def test_disable_retries_stops_the_in_place_restarts_of_a_reclaim(vertex, client, tmp_path):
+    command, starts, _ = spot_replica(tmp_path)
+    job = create(client, "spot-no-retries", [(1, command)], strategy="SPOT", disable_retries=True)
+    wait_until(lambda: len(lines(starts)) == 1, 30, "the first start")
+    assert vertex.preempt(job.name)
+    ended = vertex.wait_for_state(job.name, DONE, timeout=60)
+    assert ended.state == JobState.JOB_STATE_FAILED and lines(starts) == [""]
+
+
+def test_reclaim_with_no_grace_kills_without_any_sigterm_and_can_end_the_job_at_once(
+    vertex, client, tmp_path
+):
+    command, starts, sigterms = spot_replica(tmp_path)
+    job = create(client, "spot-hard", [(1, command)], strategy="SPOT")
+    wait_until(lambda: len(lines(starts)) == 1, 30, "the first start")
+    pid = vertex.replica_pids(job.name)["workerpool0-0"]
+    assert vertex.preempt(job.name, grace_seconds=0, end_job=True)
+    ended = vertex.wait_for_error(job.name, timeout=60)
+    assert ended.state == JobState.JOB_STATE_FAILED and ended.error.code == 8
+    assert not process_alive(pid) and lines(sigterms) == [] and lines(starts) == [""]
+
+
+def test_reclaim_error_code_and_text_are_knobs(vertex, client, tmp_path):
+    command, starts, _ = spot_replica(tmp_path)
+    previous = vertex.configure(reclaim_error_code=14, reclaim_error_text="", reclaim_ends_job=True)
+    try:
+        job = create(client, "spot-14", [(1, command)], strategy="SPOT")
+        wait_until(lambda: len(lines(starts)) == 1, 30, "the first start")
+        assert vertex.preempt(job.name, grace_seconds=1)
+        ended = vertex.wait_for_error(job.name, timeout=60)
+    finally:
+        vertex.restore(previous)
+    assert (ended.error.code, ended.error.message) == (14, "")
+
+
+def test_the_job_succeeds_when_the_primary_exits_0_and_the_rest_are_shut_down(vertex, client, tmp_path):
+    ready = tmp_path / "worker-ready"
+    worker = script(
+        tmp_path,
+        "hung_worker",
+        f"""
+        import pathlib, time
         pathlib.Path({str(ready)!r}).touch()
         time.sleep(600)
         """,
     )
-    job = create(client, "spot", [(1, checkpoints_on_sigterm)])
-    wait_until(ready.exists, 30, "the SIGTERM handler")
-
-    assert vertex.preempt(job.name, grace_seconds=10.0)
-    ended = vertex.wait_for_state(job.name, DONE, timeout=30)
-
-    assert noticed.read_text() == "checkpoint saved"
-    assert ended.state == JobState.JOB_STATE_FAILED
-    assert ended.error.code == 14
-    assert ended.error.message == (
-        "The replica workerpool0-0 was preempted: the Spot VM was reclaimed. Termination reason: Preempted."
+    primary = script(
+        tmp_path,
+        "primary_done",
+        f"""
+        import os, time
+        while not os.path.exists({str(ready)!r}):
+            time.sleep(0.02)
+        """,
     )
-    assert vertex.preempt(job.name) is False  # an ended job cannot be preempted again
+    job = create(client, "primary-wins", [(1, primary), (1, worker)])
+    ended = vertex.wait_for_state(job.name, DONE, timeout=60)
+    assert ended.state == JobState.JOB_STATE_SUCCEEDED
+    assert not process_alive(vertex.replica_pids(job.name)["workerpool1-0"])
 
 
-def test_stockout_failure_ends_failed_with_code_8_without_running(vertex, client, tmp_path):
+@pytest.mark.parametrize("disable_retries, starts_expected", [(False, 4), (None, 4), (True, 1)])
+def test_sigabrt_is_retried_three_times_unless_retries_are_disabled(
+    vertex, client, tmp_path, disable_retries, starts_expected
+):
+    starts = tmp_path / "starts"
+    aborts = script(
+        tmp_path,
+        "aborts",
+        f"""
+        import os
+        with open({str(starts)!r}, "a") as f:
+            f.write("start\\n")
+        os.abort()
+        """,
+    )
+    job = create(client, "abort", [(1, aborts)], disable_retries=disable_retries)
+    vertex.wait_for_state(job.name, DONE, timeout=60)
+    ended = vertex.wait_for_error(job.name, timeout=30)
+    assert ended.error.code == 3
+    assert ended.error.message == (
+        "The replica workerpool0-0 exited with a non-zero status of 134. Termination reason: Error."
+    )
+    assert len(lines(starts)) == starts_expected
+
+
+def test_a_failed_job_is_read_without_error_until_vertex_sets_it(vertex, client, tmp_path):
+    previous = vertex.configure(failed_error_delay_seconds=600)
+    try:
+        job = create(client, "late-error", [(1, ["python", "-c", "raise SystemExit(1)"])])
+        vertex.wait_for_state(job.name, DONE, timeout=60)
+        read = client.get_custom_job(name=job.name)
+        assert read.state == JobState.JOB_STATE_FAILED and "error" not in read and "end_time" in read
+    finally:
+        vertex.restore(previous)
+    # Back to the short delay: the error follows within it.
+    assert vertex.wait_for_error(job.name, timeout=30).error.code == 3
+
+
+def test_stockout_is_retried_then_fails_with_the_documented_text_without_running(vertex, client, tmp_path):
     ran = tmp_path / "ran"
     marks = script(tmp_path, "marks", f"import pathlib; pathlib.Path({str(ran)!r}).touch()")
     vertex.set_stockout(fail=True)
     try:
         job = create(client, "stocked-out", [(1, marks)])
+        vertex.wait_for_state(job.name, DONE, timeout=30)
     finally:
         vertex.set_stockout()
 
-    ended = vertex.wait_for_state(job.name, DONE, timeout=30)
-
+    ended = vertex.wait_for_error(job.name, timeout=30)
     assert ended.state == JobState.JOB_STATE_FAILED
     assert ended.error.code == 8
-    assert ended.error.message == f"Resources are insufficient in region: {REGION}."
+    assert ended.error.message == (
+        f"Resources are insufficient in region: {REGION}. Try a different region or use a different accelerator."
+    )
     assert "start_time" not in ended
     assert vertex.replica_pids(job.name) == {}
     assert not ran.exists()
+
+
+def test_a_quota_shortfall_rejects_creates_with_429_or_keeps_jobs_queued(vertex, client):
+    vertex.set_quota_shortfall("reject")
+    try:
+        with pytest.raises(
+            exceptions.ResourceExhausted, match="The following quota metrics exceed quota limits"
+        ):
+            create(client, "over-quota", [(1, ["python", "-c", "pass"])], retry=None)
+        vertex.set_quota_shortfall("queue")
+        job = create(client, "waits-for-quota", [(1, ["python", "-c", "pass"])])
+        with pytest.raises(TimeoutError):
+            vertex.wait_for_state(
+                job.name, {JobState.JOB_STATE_PENDING, JobState.JOB_STATE_RUNNING}, timeout=1
+            )
+    finally:
+        vertex.set_quota_shortfall(None)
+    assert vertex.wait_for_state(job.name, DONE, timeout=60).state == JobState.JOB_STATE_SUCCEEDED
+
+
+def test_a_flex_start_job_gives_up_after_its_max_wait(vertex, client):
+    vertex.set_stockout(queue_seconds=600)
+    try:
+        job = create(
+            client, "flex", [(1, ["python", "-c", "pass"])], strategy="FLEX_START", max_wait_seconds=1
+        )
+        vertex.wait_for_state(job.name, DONE, timeout=30)
+    finally:
+        vertex.set_stockout()
+    ended = vertex.wait_for_error(job.name, timeout=30)
+    assert ended.state == JobState.JOB_STATE_FAILED and ended.error.code == 8 and "start_time" not in ended
+
+
+def test_a_create_can_be_served_and_its_reply_lost(vertex, client):
+    vertex.lose_create_replies(1)
+    with pytest.raises(exceptions.DeadlineExceeded):
+        create(
+            client, "lost-reply", [(1, ["python", "-c", "pass"])], labels={"probe": "lost-reply"}, retry=None
+        )
+    (job,) = client.list_custom_jobs(request={"parent": PARENT, "filter": 'labels.probe="lost-reply"'})
+    assert vertex.wait_for_state(job.name, DONE, timeout=60).state == JobState.JOB_STATE_SUCCEEDED
 
 
 def test_stockout_queue_holds_a_job_before_it_runs(vertex, client, tmp_path):
@@ -325,7 +519,8 @@ def test_stockout_queue_holds_a_job_before_it_runs(vertex, client, tmp_path):
 def test_scheduling_timeout_fails_the_job_with_code_4(vertex, client, tmp_path):
     job = create(client, "slow", [(1, sleeper(tmp_path))], timeout_seconds=1)
 
-    ended = vertex.wait_for_state(job.name, DONE, timeout=30)
+    vertex.wait_for_state(job.name, DONE, timeout=30)
+    ended = vertex.wait_for_error(job.name, timeout=30)
 
     assert ended.state == JobState.JOB_STATE_FAILED
     assert ended.error.code == 4
@@ -344,7 +539,9 @@ def test_event_sink_gets_one_log_entry_per_transition_in_order(vertex, client, e
     assert [e["textPayload"] for e in entries] == [
         "Job is queued.",
         "Waiting for job to be provisioned.",
+        "Job is preparing.",
         "Job is running.",
+        "Tearing down training program.",
         "Job completed successfully.",
     ]
     for entry in entries:
@@ -362,6 +559,22 @@ def test_event_sink_gets_one_log_entry_per_transition_in_order(vertex, client, e
     failing = create(client, "events-fail", [(1, ["python", "-c", "raise SystemExit(1)"])])
     failed = events.wait_for(job_id(failing), "Job failed.", timeout=60)
     assert failed[-1]["severity"] == "ERROR"
+
+
+def test_transitions_nobody_documents_a_line_for_can_write_none(vertex, client, events):
+    previous = vertex.configure(log_undocumented_transitions=False)
+    try:
+        job = create(client, "quiet", [(1, ["python", "-c", "raise SystemExit(1)"])])
+        vertex.wait_for_state(job.name, DONE, timeout=60)
+        entries = events.wait_for(job_id(job), "Tearing down training program.", timeout=30)
+    finally:
+        vertex.restore(previous)
+    assert [e["textPayload"] for e in entries] == [
+        "Waiting for job to be provisioned.",
+        "Job is preparing.",
+        "Job is running.",
+        "Tearing down training program.",
+    ]
 
 
 def test_stop_kills_the_replicas_of_running_jobs(tmp_path):

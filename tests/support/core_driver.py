@@ -11,11 +11,10 @@ from controller.core.decide import CoreConfig, decide, new_job
 from controller.core.model import JobState
 from controller.core.policy import Backoff, RestartPolicy
 
-PREEMPTED = (
-    "The replica workerpool0-0 was preempted: the Spot VM was reclaimed. Termination reason: Preempted."
-)
+# A reclaimed Spot job "fails with a STOCKOUT error" (Vertex docs); the documented stockout text.
+STOCKOUT = "Resources are insufficient in region: us-central1. Try a different region or use a different accelerator."
+PREEMPTED = STOCKOUT  # what a reclaim of a started Spot attempt reads like
 USER_ERROR = "The replica workerpool1-0 exited with a non-zero status of 1. Termination reason: Error."
-STOCKOUT = "Resources are insufficient in region: us-central1."
 
 
 @dataclass
@@ -44,15 +43,29 @@ class Run:
     def submitted(self, n: int) -> list[Action]:
         return self.feed(ev.AttemptSubmitted(n, vname(n)))
 
-    def running(self, n: int) -> list[Action]:
-        return self.feed(ev.VertexObserved(n, vname(n), "RUNNING", start_time=self.now))
+    def running(self, n: int, *, spot: bool = True) -> list[Action]:
+        return self.feed(ev.VertexObserved(n, vname(n), "RUNNING", start_time=self.now, spot=spot))
 
     def ended(
-        self, n: int, state: str = "FAILED", code: int = 0, message: str = "", exit_reason: str | None = None
+        self,
+        n: int,
+        state: str = "FAILED",
+        code: int = 0,
+        message: str = "",
+        exit_reason: str | None = None,
+        *,
+        spot: bool = True,
     ) -> list[Action]:
         return self.feed(
-            ev.VertexObserved(n, vname(n), state, code, message, end_time=self.now, exit_reason=exit_reason)
+            ev.VertexObserved(
+                n, vname(n), state, code, message, end_time=self.now, exit_reason=exit_reason, spot=spot
+            )
         )
+
+    def preempted(self, n: int) -> list[Action]:
+        """Attempt n runs, then its Spot VMs are reclaimed (Vertex's STOCKOUT-style ending)."""
+        self.running(n)
+        return self.ended(n, "FAILED", 8, PREEMPTED)
 
     def wake(self) -> list[Action]:
         """Jump to the scheduled wake-up and fire the timer."""

@@ -1,9 +1,12 @@
 """A stand-in for the trainer, for controller tests: fast, torch-free, same contracts.
 
 It counts steps, commits a checkpoint every `--every` steps through `trainer.storage` (shards
-first, then the commit marker), resumes from RELAUNCH_RESUME_FROM, and on SIGTERM writes the
-exit record `preempted` and exits 75, exactly as the real trainer does. With `--fail-with N` it
-exits N at step `--fail-at` without any record (a user error).
+first, then the commit marker), resumes from the newest committed checkpoint at or above
+RELAUNCH_RESUME_FROM (a floor: after Vertex restarts an attempt in place with the same
+environment, it goes on from what that attempt committed), and on SIGTERM writes the exit
+record `preempted` and exits 75, exactly as the real trainer does. With `--fail-with N` it exits
+N at step `--fail-at` without any record (a user error); `--fail-rank R` makes only the replica
+of RANK R fail, the others run on until Vertex tears the gang down.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ def main() -> int:
     parser.add_argument("--step-seconds", type=float, default=0.05)
     parser.add_argument("--fail-with", type=int, default=0)
     parser.add_argument("--fail-at", type=int, default=1)
+    parser.add_argument("--fail-rank", type=int, default=-1, help="-1: every replica fails")
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, on_sigterm)
 
@@ -43,6 +47,10 @@ def main() -> int:
     step = 0
     if resume:
         _, step = layout.split_checkpoint_dir(resume)
+    newest = storage.latest_committed(store)
+    if newest is not None and newest.step > step:
+        step = newest.step  # committed by an earlier run of this same attempt
+    fails = args.fail_with and args.fail_rank in (-1, int(os.environ.get("RANK", "0")))
     # Tell the test where this attempt started (only pool 0 replica 0 writes).
     chief = (
         json.loads(os.environ.get("CLUSTER_SPEC", "{}")).get("task", {}).get("type", "workerpool0")
@@ -53,7 +61,7 @@ def main() -> int:
             f"starts/attempt-{attempt:04d}.json",
             json.dumps({"attempt": attempt, "resume": resume, "step": step}).encode(),
         )
-    last_committed = step if resume else None
+    last_committed = step if step else None
     while step < args.steps:
         if stop:
             if chief:
@@ -74,7 +82,7 @@ def main() -> int:
             return 75
         time.sleep(args.step_seconds)
         step += 1
-        if args.fail_with and step >= args.fail_at:
+        if fails and step >= args.fail_at:
             return args.fail_with
         if chief and step % args.every == 0:
             key = f"{layout.step_dir_name(step)}/shard-0.bin"

@@ -5,6 +5,7 @@ import pytest
 from google.cloud.aiplatform_v1 import JobState
 
 from devstack.vertex import start_vertex
+from devstack.vertex.behaviour import VertexBehaviour
 from devstack.vertex.testing import command_job, job_service_client, wait_until
 from tests.support.gang import TINY
 from trainer import layout, storage
@@ -23,6 +24,7 @@ def vertex(tmp_path):
         workdir=str(tmp_path / "vertex"),
         provisioning_seconds=0.05,
         kill_grace_seconds=2.0,
+        behaviour=VertexBehaviour(failed_error_delay_seconds=0.5),
     )
     yield emulator
     emulator.stop()
@@ -67,9 +69,10 @@ def test_two_pool_job_is_preempted_then_resumes_from_its_emergency_checkpoint(ve
         timeout=180,
         what="the chief to reach step 4",
     )
-    assert vertex.preempt(first.name, grace_seconds=30)
-    ended = vertex.wait_for_state(first.name, DONE, timeout=120)
-    assert ended.state == JobState.JOB_STATE_FAILED and ended.error.code == 14
+    assert vertex.preempt(first.name, grace_seconds=30, end_job=True)  # no in-place restart here
+    vertex.wait_for_state(first.name, DONE, timeout=120)
+    ended = vertex.wait_for_error(first.name, timeout=60)
+    assert ended.state == JobState.JOB_STATE_FAILED and ended.error.code == 8
     record = storage.read_exit_record(root, 1)
     assert (record.reason, record.exit_code, record.step, record.checkpoint_saved) == (
         "preempted",

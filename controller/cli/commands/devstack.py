@@ -40,7 +40,9 @@ _HELP = {
     ),
     "preempt": (
         "reclaim a job's Spot VMs: SIGTERM to its replicas, SIGKILL after the grace",
-        "The job then ends FAILED with code 14, as a preempted Vertex job does.\n\n"
+        "Vertex then restarts the job in place (up to six times, unless its\n"
+        "disableRetries is set); --end-job ends it FAILED with the STOCKOUT-style\n"
+        "error at once, as when the restarts are used up.\n\n"
         "example:\n  relaunch devstack preempt "
         "projects/relaunch-dev/locations/us-central1/customJobs/3 --grace 10",
     ),
@@ -97,9 +99,12 @@ def register(subparsers) -> None:
     preempt.add_argument(
         "--grace",
         type=float,
-        default=30.0,
+        default=None,
         metavar="SECONDS",
-        help="seconds between SIGTERM and SIGKILL (default 30, as on Spot VMs)",
+        help="seconds between SIGTERM and SIGKILL (default: devstack's, 15; 0 = SIGKILL at once)",
+    )
+    preempt.add_argument(
+        "--end-job", action="store_true", default=None, help="end the job instead of restarting it in place"
     )
     stockout = verb("stockout", _stockout)
     stockout.add_argument("--seconds", type=float, default=0.0, help="how long new jobs queue")
@@ -246,8 +251,9 @@ def _status(args) -> int:
 
 
 def _preempt(args) -> int:
-    if _control(args).preempt(args.job, args.grace):
-        print(f"preempting {args.job} (grace {args.grace:g}s)", file=sys.stderr)
+    if _control(args).preempt(args.job, args.grace, end_job=args.end_job):
+        grace = "devstack's default" if args.grace is None else f"{args.grace:g}s"
+        print(f"preempting {args.job} (grace {grace})", file=sys.stderr)
         return 0
     print(f"relaunch: {args.job} is not running (already ended or cancelling)", file=sys.stderr)
     return 1

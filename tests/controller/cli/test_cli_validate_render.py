@@ -101,7 +101,7 @@ def test_render_prints_the_custom_job_for_the_attempt(capsys):
 def test_render_on_demand(capsys):
     code, out, _ = run_cli(capsys, "render", str(EXAMPLES / "llama-finetune-spot.yaml"), "--on-demand")
     assert code == 0
-    assert json.loads(out)["jobSpec"]["scheduling"]["strategy"] == "ON_DEMAND"
+    assert json.loads(out)["jobSpec"]["scheduling"]["strategy"] == "STANDARD"
 
 
 def test_render_of_an_invalid_file_reports_like_validate(capsys):

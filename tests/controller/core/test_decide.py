@@ -1,7 +1,14 @@
 """Scenarios of a job's life, each checking what a user would see."""
 
 from controller.core import events as ev
-from controller.core.actions import CancelVertexJob, MarkTerminal, RaiseAlert, ScheduleWakeup, SubmitAttempt
+from controller.core.actions import (
+    CancelVertexJob,
+    MarkTerminal,
+    RaiseAlert,
+    ReadVertexJob,
+    ScheduleWakeup,
+    SubmitAttempt,
+)
 from controller.core.classify import Ending
 from controller.core.decide import CoreConfig
 from controller.core.model import JobState, Phase
@@ -38,7 +45,7 @@ def test_preemption_resubmits_from_latest_checkpoint_without_spending_failures()
     run.submitted(1)
     run.running(1)
     run.feed(ev.CheckpointObserved(40, "gs://b/ckpt/step-0000000040"))
-    actions = run.ended(1, "FAILED", 14, PREEMPTED)
+    actions = run.ended(1, "FAILED", 8, PREEMPTED)
     assert run.state.phase is Phase.BACKING_OFF
     (wake,) = [a for a in actions if isinstance(a, ScheduleWakeup)]
     assert 8 <= wake.at - run.now <= 12  # first retry: initial delay 10 s with 20% jitter
@@ -51,10 +58,25 @@ def test_preemption_resubmits_from_latest_checkpoint_without_spending_failures()
 def test_trainer_exit_record_marks_preemption_even_with_a_generic_error():
     run = Run.start(max_failures=0)
     run.submitted(1)
-    run.running(1)
-    run.ended(1, "FAILED", 3, USER_ERROR, exit_reason="preempted")
+    run.running(1, spot=False)
+    run.ended(1, "FAILED", 13, "Internal error occurred.", exit_reason="preempted", spot=False)
     assert run.state.current.ending is Ending.PREEMPTED
     assert run.state.phase is Phase.BACKING_OFF
+
+
+def test_a_crashed_worker_beats_the_chiefs_sigterm_record_and_the_gang_fails_after_max_failures():
+    """Vertex tears the gang down when a worker exits 1; the chief writes `preempted` on that
+    SIGTERM. The worker's crash is what happened: it spends the budget, and the job ends."""
+    run = Run.start(max_failures=2, crash_loop_attempts=100)
+    for n in (1, 2, 3):
+        run.submitted(n)
+        run.running(n)
+        actions = run.ended(n, "FAILED", 3, USER_ERROR, exit_reason="preempted")
+        assert run.state.current.rule == "replica-exit-error"
+        if n < 3:
+            run.wake()
+    assert run.state.phase is Phase.FAILED and run.state.failures == 3 and run.state.preemptions == 0
+    assert alerts(actions, "job_failed")
 
 
 def test_user_errors_spend_the_budget_then_fail_with_an_alert():
@@ -87,11 +109,11 @@ def test_backoff_grows_with_consecutive_failures_without_progress():
     delays = []
     for n in range(1, 6):
         run.submitted(n)
-        run.ended(n, "FAILED", 8, STOCKOUT)
+        run.ended(n, "FAILED", 13, "Internal error occurred.")
         delays.append(run.state.next_attempt_at - run.now)
         run.wake()
     assert delays == sorted(delays) and delays[-1] <= 100 * 1.2 and delays[0] >= 10 * 0.8
-    assert run.state.failures == 5  # stockouts spend the failure budget
+    assert run.state.failures == 5  # internal errors spend the failure budget
     assert run.state.no_progress_streak == 0  # but never ran, so it is no crash loop
 
 
@@ -99,8 +121,8 @@ def test_crash_loop_gives_up_after_attempts_without_checkpoint_progress():
     run = Run.start(max_failures=10, crash_loop_attempts=3)
     for n in (1, 2, 3):
         run.submitted(n)
-        run.running(n)
-        actions = run.ended(n, "FAILED", 13, "Internal error occurred.")
+        run.running(n, spot=False)
+        actions = run.ended(n, "FAILED", 13, "Internal error occurred.", spot=False)
         if n < 3:
             run.wake()
     assert run.state.phase is Phase.FAILED
@@ -123,10 +145,10 @@ def test_checkpoint_progress_resets_the_crash_loop_count():
 def test_max_preemptions_limits_preemptions():
     run = Run.start(max_preemptions=1)
     run.submitted(1)
-    run.ended(1, "FAILED", 14, PREEMPTED)
+    run.preempted(1)
     run.wake()
     run.submitted(2)
-    run.ended(2, "FAILED", 14, PREEMPTED)
+    run.preempted(2)
     assert run.state.phase is Phase.FAILED and "maxPreemptions=1" in run.state.terminal_reason
 
 
@@ -134,7 +156,7 @@ def test_switch_to_on_demand_after_n_preemptions():
     run = Run.start(on_demand_after_preemptions=2)
     for n in (1, 2):
         run.submitted(n)
-        run.ended(n, "FAILED", 14, PREEMPTED)
+        run.preempted(n)
         actions = run.wake()
     assert submits(actions)[0].on_demand is True
     assert [a.on_demand for a in run.state.attempts] == [False, False, True]
@@ -154,7 +176,7 @@ def test_cancel_while_running_cancels_the_vertex_job_and_ends_cancelled():
 def test_cancel_while_backing_off_stops_retries_at_once():
     run = Run.start()
     run.submitted(1)
-    run.ended(1, "FAILED", 14, PREEMPTED)
+    run.preempted(1)
     run.feed(ev.CancelRequested())
     assert run.state.phase is Phase.CANCELLED
     assert run.wake() == []
@@ -206,7 +228,7 @@ def test_reconcile_adopts_a_job_whose_name_was_never_recorded():
 def test_stale_event_about_an_old_attempt_changes_nothing():
     run = Run.start()
     run.submitted(1)
-    run.ended(1, "FAILED", 14, PREEMPTED)
+    run.preempted(1)
     run.wake()
     run.submitted(2)
     before = run.state
@@ -217,7 +239,7 @@ def test_stale_event_about_an_old_attempt_changes_nothing():
 def test_an_old_attempt_seen_running_is_cancelled_as_a_stray():
     run = Run.start()
     run.submitted(1)
-    run.ended(1, "FAILED", 14, PREEMPTED)
+    run.preempted(1)
     run.wake()
     run.submitted(2)
     before = run.state
@@ -266,7 +288,8 @@ def test_preemption_storm_alert():
     kinds = []
     for n in range(1, 5):
         run.submitted(n)
-        kinds += [a.kind for a in alerts(run.ended(n, "FAILED", 14, PREEMPTED))]
+        run.running(n)
+        kinds += [a.kind for a in alerts(run.ended(n, "FAILED", 8, PREEMPTED, exit_reason="preempted"))]
         run.wake()
     assert kinds == ["preemption_storm"]
     assert run.state.phase is Phase.SUBMITTING  # a storm warns; it does not give up
@@ -278,6 +301,116 @@ def test_state_round_trips_through_json():
     run = Run.start(on_demand_after_preemptions=3)
     run.submitted(1)
     run.feed(ev.CheckpointObserved(5, "gs://b/step-5"))
-    run.ended(1, "FAILED", 14, PREEMPTED)
+    run.preempted(1)
     data = json.loads(json.dumps(run.state.to_dict()))
     assert JobState.from_dict(data) == run.state
+
+
+# --- Vertex as documented: reclaims, the late error, capacity and quota ------------------------
+
+
+def test_five_reclaims_that_kill_at_once_spend_no_failures_while_checkpoints_advance():
+    """No exit record (SIGKILL before the emergency save) and no word "preempt": still preemptions."""
+    run = Run.start(max_failures=0, crash_loop_attempts=2)
+    for n in range(1, 6):
+        run.submitted(n)
+        run.running(n)
+        run.feed(ev.CheckpointObserved(10 * n, f"gs://b/c/step-{10 * n}"))
+        run.ended(n, "FAILED", 8, STOCKOUT)
+        assert run.state.current.rule == "spot-reclaim"
+        run.wake()
+    assert run.state.preemptions == 5 and run.state.failures == 0
+    assert run.state.phase is Phase.SUBMITTING
+
+
+def test_reclaims_inferred_without_progress_still_end_as_a_crash_loop():
+    run = Run.start(max_failures=0, crash_loop_attempts=3)
+    for n in (1, 2, 3):
+        run.submitted(n)
+        actions = run.preempted(n)
+        if n < 3:
+            run.wake()
+    assert run.state.failures == 0 and run.state.phase is Phase.FAILED
+    assert alerts(actions, "crash_loop")
+
+
+def test_a_failed_job_without_its_error_is_read_again_then_classified():
+    run = Run.start(max_failures=0)
+    run.config = CoreConfig(error_settle_seconds=90, error_recheck_seconds=10)
+    run.submitted(1)
+    run.running(1)
+    first_seen = run.now
+    actions = run.ended(1, "FAILED")
+    assert actions == [ScheduleWakeup(first_seen + 10)]
+    assert run.state.phase is Phase.RUNNING and not run.state.current.ended
+    assert run.feed(ev.TimerFired(), at=first_seen + 10) == [ReadVertexJob(vname(1), 1)]
+    run.now = first_seen + 10
+    assert run.ended(1, "FAILED") == [ScheduleWakeup(first_seen + 20)]  # still nothing: again later
+    # Vertex fills the error in: classified at once, from it.
+    run.now = first_seen + 60
+    run.ended(1, "FAILED", 3, USER_ERROR)
+    assert run.state.current.ending is Ending.USER_ERROR and run.state.failures == 1
+
+
+def test_the_error_wait_is_bounded_and_then_what_there_is_decides():
+    run = Run.start(max_failures=0)
+    run.config = CoreConfig(error_settle_seconds=90)
+    run.submitted(1)
+    run.running(1)
+    first_seen = run.now
+    run.ended(1, "FAILED")
+    assert run.feed(ev.TimerFired(), at=first_seen + 90) == [ReadVertexJob(vname(1), 1)]
+    run.ended(1, "FAILED")  # still no error: a started Spot attempt, so a reclaim
+    assert run.state.current.ending is Ending.PREEMPTED and run.state.failures == 0
+
+
+def test_a_chief_sigterm_record_waits_for_the_error_but_a_runtime_error_record_does_not():
+    run = Run.start(max_failures=3)
+    run.submitted(1)
+    run.running(1)
+    assert [type(a) for a in run.ended(1, "FAILED", exit_reason="preempted")] == [ScheduleWakeup]
+    run.ended(1, "FAILED", 3, USER_ERROR, exit_reason="preempted")
+    assert run.state.current.ending is Ending.USER_ERROR
+    run.wake()
+    run.submitted(2)
+    run.running(2)
+    run.ended(2, "FAILED", exit_reason="runtime_error")
+    assert run.state.attempts[1].ending is Ending.USER_ERROR
+
+
+def test_a_stockout_before_running_backs_off_for_minutes_and_warns_without_spending_failures():
+    run = Run.start(max_failures=0)
+    run.config = CoreConfig(capacity_retry_seconds=120)
+    kinds = []
+    for n in (1, 2, 3):
+        run.submitted(n)
+        actions = run.ended(n, "FAILED", 8, STOCKOUT)
+        kinds += [a.kind for a in alerts(actions)]
+        assert run.state.current.ending is Ending.CAPACITY
+        assert run.state.next_attempt_at - run.now >= 120
+        run.wake()
+    assert run.state.failures == 0 and run.state.phase is Phase.SUBMITTING
+    assert kinds == ["capacity_wait"]  # once per run of refusals
+    run.submitted(4)
+    run.running(4)
+    assert run.state.capacity_wait_since is None  # running again: the next refusal warns anew
+
+
+def test_a_quota_refusal_at_create_backs_off_for_minutes_and_warns_once():
+    run = Run.start(max_failures=0)
+    run.config = CoreConfig(capacity_retry_seconds=120, submit_retry_seconds=30)
+    quota = "The following quota metrics exceed quota limits: aiplatform.googleapis.com/custom_model_training_cpus"
+    first = run.feed(ev.SubmitFailed(1, quota, permanent=False, capacity=True))
+    assert [a.kind for a in alerts(first)] == ["capacity_wait"] and quota in alerts(first)[0].summary
+    assert run.state.next_attempt_at - run.now >= 120
+    run.wake()
+    second = run.feed(ev.SubmitFailed(1, quota, permanent=False, capacity=True))
+    assert alerts(second) == [] and run.state.failures == 0 and run.state.phase is Phase.SUBMITTING
+
+
+def test_a_timeout_whose_chief_was_sigtermed_is_a_timeout():
+    run = Run.start(max_failures=0)
+    run.submitted(1)
+    run.running(1)
+    run.ended(1, "FAILED", 4, "Job exceeded its timeout of 60s.", exit_reason="preempted")
+    assert run.state.current.ending is Ending.TIMEOUT and run.state.phase is Phase.FAILED

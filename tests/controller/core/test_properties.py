@@ -7,7 +7,8 @@ from hypothesis import strategies as st
 
 from controller.core import events as ev
 from controller.core.actions import ScheduleWakeup, SubmitAttempt
-from controller.core.decide import decide, new_job
+from controller.core.classify import Ending
+from controller.core.decide import CoreConfig, decide, new_job
 from controller.core.model import Phase
 from controller.core.policy import Backoff, RestartPolicy
 from tests.support.core_driver import PREEMPTED, STOCKOUT, USER_ERROR, vname
@@ -20,6 +21,9 @@ ENDINGS = st.sampled_from(
         ("FAILED", 3, USER_ERROR, None),
         ("FAILED", 3, USER_ERROR, "preempted"),
         ("FAILED", 8, STOCKOUT, None),
+        ("FAILED", 0, "", None),
+        ("FAILED", 0, "", "preempted"),
+        ("FAILED", 13, "Internal error occurred for the current attempt.", None),
         ("FAILED", 4, "Job exceeded its timeout of 60s.", None),
         ("FAILED", 3, "exited with a non-zero status of 64.", "config_error"),
         ("CANCELLED", 1, "CANCELED", None),
@@ -32,13 +36,20 @@ EVENTS = st.one_of(
     st.just(ev.RequestAccepted()),
     st.builds(ev.AttemptSubmitted, ATTEMPTS, NAMES),
     st.builds(ev.AttemptNotFound, ATTEMPTS),
-    st.builds(ev.SubmitFailed, ATTEMPTS, st.just("boom"), st.booleans()),
-    st.builds(lambda n, name, s: ev.VertexObserved(n, name, s), ATTEMPTS, NAMES, LIVE),
+    st.builds(ev.SubmitFailed, ATTEMPTS, st.just("boom"), st.booleans(), st.booleans()),
     st.builds(
-        lambda n, name, e: ev.VertexObserved(n, name, e[0], e[1], e[2], exit_reason=e[3]),
+        lambda n, name, s, spot: ev.VertexObserved(n, name, s, spot=spot),
+        ATTEMPTS,
+        NAMES,
+        LIVE,
+        st.booleans(),
+    ),
+    st.builds(
+        lambda n, name, e, spot: ev.VertexObserved(n, name, e[0], e[1], e[2], exit_reason=e[3], spot=spot),
         ATTEMPTS,
         NAMES,
         ENDINGS,
+        st.booleans(),
     ),
     st.builds(ev.VertexJobMissing, ATTEMPTS, NAMES),
     st.builds(lambda s: ev.CheckpointObserved(s, f"gs://b/c/step-{s}"), st.integers(0, 500)),
@@ -109,10 +120,14 @@ def test_invariants_hold_for_any_event_sequence(policy, steps, seed):
         ):
             assert state.phase.terminal
 
-        # Backoff wake-ups after an ending stay within the configured bounds.
+        # Backoff wake-ups after an ending stay within the configured bounds (capacity endings
+        # wait at least the capacity retry period instead).
         if before.phase is not Phase.BACKING_OFF and state.phase is Phase.BACKING_OFF:
             wait = state.next_attempt_at - now
-            assert policy.backoff.initial_seconds - 1e-6 <= wait <= policy.backoff.max_seconds + 1e-6
+            ceiling = policy.backoff.max_seconds
+            if state.current.ending is Ending.CAPACITY:
+                ceiling = max(ceiling, CoreConfig().capacity_retry_seconds)
+            assert policy.backoff.initial_seconds - 1e-6 <= wait <= ceiling + 1e-6
             assert ScheduleWakeup(state.next_attempt_at) in decision.actions
 
         # Cancel always wins: no new attempt, never failed or running again.

@@ -159,7 +159,8 @@ def test_python_package_pools_get_the_environment_too():
         (None, Strategy.SPOT),  # unset means Spot: Relaunch exists for Spot capacity
         ("SPOT", Strategy.SPOT),
         ("FLEX_START", Strategy.FLEX_START),
-        ("ON_DEMAND", Strategy.ON_DEMAND),
+        ("ON_DEMAND", Strategy.ON_DEMAND),  # deprecated, but the user's choice is kept
+        ("STANDARD", Strategy.STANDARD),
     ],
 )
 def test_strategy_is_kept_and_defaults_to_spot(strategy, expected):
@@ -169,7 +170,7 @@ def test_strategy_is_kept_and_defaults_to_spot(strategy, expected):
 def test_on_demand_overrides_the_users_strategy():
     flex = request(scheduling={"strategy": "FLEX_START", "maxWaitDuration": "1800s", "timeout": "3600s"})
     job = build_custom_job(flex, 5, on_demand=True)
-    assert job.job_spec.scheduling.strategy == Strategy.ON_DEMAND
+    assert job.job_spec.scheduling.strategy == Strategy.STANDARD  # ON_DEMAND is deprecated
     rest = custom_job_to_rest(job)["jobSpec"]["scheduling"]
     assert "maxWaitDuration" not in rest  # only valid with FLEX_START
     assert rest["timeout"] == "3600s"
@@ -197,3 +198,24 @@ def test_rest_form_is_what_vertex_shows():
 def test_attempts_count_from_one(attempt):
     with pytest.raises(ValueError):
         build_custom_job(request(), attempt)
+
+
+def test_vertex_retries_are_disabled_so_every_restart_goes_through_relaunch():
+    rest = custom_job_to_rest(build_custom_job(request(), 1))["jobSpec"]["scheduling"]
+    assert rest["disableRetries"] is True
+    assert "restartJobOnWorkerRestart" not in rest
+
+
+@pytest.mark.parametrize(
+    "scheduling, expected",
+    [
+        ({"strategy": "SPOT", "disableRetries": False}, (False, False)),
+        ({"strategy": "SPOT", "restartJobOnWorkerRestart": True}, (False, True)),
+    ],
+)
+def test_retry_settings_the_user_wrote_are_kept(scheduling, expected):
+    job = build_custom_job(request(scheduling=scheduling), 1)
+    assert (
+        job.job_spec.scheduling.disable_retries,
+        job.job_spec.scheduling.restart_job_on_worker_restart,
+    ) == (expected)

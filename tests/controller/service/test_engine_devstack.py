@@ -13,6 +13,7 @@ from google.auth.credentials import AnonymousCredentials
 from google.cloud import aiplatform_v1, storage
 
 from controller.adapters.pubsub import vertex_job_id_from_log_entry
+from controller.core import events as ev
 from tests.support.engine import (
     PROJECT,
     accept,
@@ -100,7 +101,7 @@ def test_user_errors_spend_the_failure_budget_then_fail_with_an_alert(
     assert alerts and alerts[0]["jobId"] == "bad-1" and alerts[0]["severity"] == "ERROR"
 
 
-def test_stockout_is_retried_with_backoff_until_capacity_returns(devstack, bucket, make_engine):
+def test_stockout_waits_for_capacity_without_spending_failures(devstack, bucket, make_engine, alerts_topic):
     engine = make_engine()
     devstack.vertex.set_stockout(fail=True)
     try:
@@ -110,17 +111,18 @@ def test_stockout_is_retried_with_backoff_until_capacity_returns(devstack, bucke
                 "stock-1",
                 bucket,
                 args=["--steps", "2"],
-                policy={"maxFailures": 10, "backoff": {"initialSeconds": 0.2, "maxSeconds": 0.4}},
+                policy={"maxFailures": 0, "backoff": {"initialSeconds": 0.2, "maxSeconds": 0.4}},
             ),
             {},
         )
-        doc = drive(engine, "stock-1", lambda d: d["failures"] >= 2)
-        assert {a["rule"] for a in doc["attempts"] if a["ending"]} == {"capacity"}
-        assert doc["phase"] in ("backing_off", "submitting", "queued")
+        doc = drive(engine, "stock-1", lambda d: sum(1 for a in d["attempts"] if a["ending"]) >= 2)
+        assert {a["rule"] for a in doc["attempts"] if a["ending"]} == {"capacity-before-start"}
+        assert doc["failures"] == 0 and doc["phase"] in ("backing_off", "submitting", "queued")
+        assert [a["kind"] for a in read_alerts(alerts_topic[1], want=1)] == ["capacity_wait"]
     finally:
         devstack.vertex.set_stockout()
     doc = drive(engine, "stock-1", terminal)
-    assert doc["phase"] == "succeeded"
+    assert doc["phase"] == "succeeded" and doc["failures"] == 0
 
 
 def test_duplicate_requests_and_duplicated_reordered_events_make_one_job(devstack, bucket, make_engine):
@@ -194,3 +196,160 @@ def test_metrics_export_job_states_and_goodput(devstack, bucket, make_engine):
         line for line in text.splitlines() if line.startswith('relaunch_goodput_ratio{job_id="met-1"}')
     )
     assert 0.0 < float(goodput_line.split()[-1]) <= 1.0
+
+
+def _wait_for_progress(engine, job_id, attempt, beyond):
+    return drive(
+        engine,
+        job_id,
+        lambda d: (
+            d["attempt"] == attempt and d["phase"] == "running" and (d["latestCheckpointStep"] or 0) > beyond
+        ),
+    )
+
+
+def test_five_reclaims_that_sigkill_at_once_are_preemptions_that_spend_no_failures(
+    devstack, bucket, make_engine
+):
+    """No SIGTERM, so no emergency save and no exit record; Vertex's error names neither
+    "preempt" nor "spot" (and is set a moment after the job is FAILED). Still preemptions."""
+    engine = make_engine()
+    accept(
+        engine,
+        request(
+            "kill-5",
+            bucket,
+            args=["--steps", "100000", "--every", "2", "--step-seconds", "0.02"],
+            policy={"maxFailures": 0, "backoff": {"initialSeconds": 0.2, "maxSeconds": 0.3}},
+        ),
+        {},
+    )
+    step = 0
+    for attempt in range(1, 6):
+        doc = _wait_for_progress(engine, "kill-5", attempt, step)
+        step = doc["latestCheckpointStep"]
+        assert devstack.vertex.preempt(doc["attempts"][-1]["vertexJob"], grace_seconds=0)
+        doc = drive(engine, "kill-5", lambda d, n=attempt: d["attempts"][n - 1]["ending"] is not None)
+        ended = doc["attempts"][attempt - 1]
+        assert (ended["ending"], ended["rule"]) == ("preempted", "spot-reclaim"), ended
+        assert "preempt" not in ended["errorMessage"].lower()
+    assert doc["preemptions"] == 5 and doc["failures"] == 0
+    engine.apply("kill-5", ev.CancelRequested())
+    assert drive(engine, "kill-5", terminal)["phase"] == "cancelled"
+
+
+def test_a_two_node_job_whose_worker_exits_1_fails_after_max_failures(devstack, bucket, make_engine):
+    """Vertex tears the gang down; the chief gets SIGTERM and records `preempted`; the worker's
+    crash is what counts."""
+    engine = make_engine()
+    accept(
+        engine,
+        request(
+            "gang-crash",
+            bucket,
+            args=["--steps", "1000", "--fail-with", "1", "--fail-at", "3", "--fail-rank", "1"],
+            replicas=2,
+            policy={
+                "maxFailures": 1,
+                "crashLoopAttempts": 10,
+                "backoff": {"initialSeconds": 0.2, "maxSeconds": 0.3},
+            },
+        ),
+        {},
+    )
+    doc = drive(engine, "gang-crash", terminal, timeout=120)
+    assert doc["phase"] == "failed" and doc["failures"] == 2 and doc["preemptions"] == 0
+    assert [a["rule"] for a in doc["attempts"]] == ["replica-exit-error", "replica-exit-error"]
+    assert "workerpool1-0 exited with a non-zero status of 1" in doc["attempts"][0]["errorMessage"]
+    assert "failure budget exhausted" in doc["terminalReason"]
+
+
+def test_a_quota_refusal_at_create_waits_as_capacity_and_alerts(devstack, bucket, make_engine, alerts_topic):
+    engine = make_engine()
+    devstack.quota_shortfall("reject")
+    try:
+        accept(engine, request("quota-1", bucket, args=["--steps", "2"], policy={"maxFailures": 0}), {})
+        doc = drive(engine, "quota-1", lambda d: engine.alerts.is_firing("capacity_wait", "quota-1"))
+        assert doc["phase"] == "submitting" and doc["failures"] == 0
+        (alert,) = [a for a in read_alerts(alerts_topic[1], want=1) if a["kind"] == "capacity_wait"]
+        assert "quota" in alert["summary"]
+        assert vertex_jobs_for(devstack, "quota-1") == []
+    finally:
+        devstack.quota_shortfall(None)
+    doc = drive(engine, "quota-1", terminal)
+    assert doc["phase"] == "succeeded" and doc["attempt"] == 1 and doc["failures"] == 0
+
+
+def test_a_create_whose_reply_is_lost_is_adopted_not_duplicated(devstack, bucket, make_engine):
+    engine = make_engine()
+    devstack.lose_create_replies(1)
+    accept(engine, request("lost-reply", bucket, args=["--steps", "2"]), {})
+    doc = drive(engine, "lost-reply", terminal)
+    assert doc["phase"] == "succeeded" and doc["attempt"] == 1
+    assert len(vertex_jobs_for(devstack, "lost-reply")) == 1
+
+
+def test_in_place_restarts_and_a_final_reclaim_when_vertex_ignores_disable_retries(
+    devstack, bucket, make_engine
+):
+    """Unknown whether disableRetries stops reclaim restarts: under the other answer Vertex
+    restarts the attempt in place (invisible to Relaunch) and the last reclaim ends it."""
+    engine = make_engine()
+    previous = devstack.vertex.configure(disable_retries_stops_reclaim_restarts=False, reclaim_restarts=1)
+    try:
+        accept(
+            engine,
+            request(
+                "in-place",
+                bucket,
+                args=["--steps", "100000", "--every", "2", "--step-seconds", "0.02"],
+                policy={"maxFailures": 0, "backoff": {"initialSeconds": 0.2, "maxSeconds": 0.3}},
+            ),
+            {},
+        )
+        doc = _wait_for_progress(engine, "in-place", 1, 0)
+        name = doc["attempts"][0]["vertexJob"]
+        assert devstack.vertex.preempt(name, grace_seconds=1)
+        step = doc["latestCheckpointStep"]
+        doc = _wait_for_progress(engine, "in-place", 1, step + 4)  # restarted in place, same attempt
+        assert devstack.vertex.preempt(name, grace_seconds=1)  # no restart left
+        doc = drive(engine, "in-place", lambda d: d["attempts"][0]["ending"] is not None)
+    finally:
+        devstack.vertex.restore(previous)
+    assert doc["attempts"][0]["ending"] == "preempted" and doc["failures"] == 0
+    engine.apply("in-place", ev.CancelRequested())
+    assert drive(engine, "in-place", terminal)["phase"] == "cancelled"
+
+
+def test_when_vertex_never_says_why_the_wait_is_bounded_and_a_crashing_job_still_stops(
+    devstack, bucket, make_engine
+):
+    """The error may come late or (unknown) not at all: after the settle wait the ending is judged
+    with what there is. A started Spot attempt with no error reads as a reclaim (no budget), so a
+    job that keeps crashing that way is stopped by the crash-loop rule."""
+    engine = make_engine(error_settle_seconds=1.0, error_recheck_seconds=0.3)
+    previous = devstack.vertex.configure(failed_error_delay_seconds=3600)
+    try:
+        accept(
+            engine,
+            request(
+                "no-why",
+                bucket,
+                args=["--fail-with", "1", "--fail-at", "1"],
+                policy={
+                    "maxFailures": 0,
+                    "crashLoopAttempts": 2,
+                    "backoff": {"initialSeconds": 0.2, "maxSeconds": 0.3},
+                },
+            ),
+            {},
+        )
+        doc = drive(engine, "no-why", terminal)
+    finally:
+        devstack.vertex.restore(previous)
+    assert doc["phase"] == "failed" and doc["failures"] == 0
+    assert [(a["rule"], a["errorCode"]) for a in doc["attempts"]] == [
+        ("spot-reclaim", 0),
+        ("spot-reclaim", 0),
+    ]
+    assert "without checkpoint progress" in doc["terminalReason"]
