@@ -2,7 +2,7 @@
 where Vertex does, end it.
 
 The thread only decides *what* happens; every state change goes through the host (the emulator,
-seen through `devstack.vertex.host.JobHost`), which owns the lock, the job store and the log.
+seen through `JobHost` below, the runner's own view of it), which owns the lock, the job store and the log.
 Behaviours and their sources: `devstack.vertex.behaviour`.
 """
 
@@ -14,13 +14,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from google.cloud.aiplatform_v1 import CustomJob, JobState, Scheduling
 from google.rpc import code_pb2, status_pb2
 
 from devstack.vertex import replicas as replica_procs
-from devstack.vertex.behaviour import INTERNAL_TEXT, STOCKOUT_TEXT
-from devstack.vertex.host import JobHost
+from devstack.vertex.behaviour import INTERNAL_TEXT, STOCKOUT_TEXT, VertexBehaviour
 from devstack.vertex.replicas import Replica
 
 log = logging.getLogger(__name__)
@@ -29,6 +29,34 @@ TERMINAL_STATES = frozenset(
     {JobState.JOB_STATE_SUCCEEDED, JobState.JOB_STATE_FAILED, JobState.JOB_STATE_CANCELLED}
 )
 PRIMARY = "workerpool0-0"
+
+
+# The emulator as one job's runner sees it; the runner never imports the emulator.
+class JobHost(Protocol):
+    """The emulator as one job's runner sees it: its lock, its settings, its state changes."""
+
+    changed: threading.Condition
+    stopping: bool
+    region: str
+    workdir: str
+    python_bin_dir: str
+    provisioning_seconds: float
+    kill_grace_seconds: float
+    behaviour: VertexBehaviour
+
+    def advance(self, record: JobRecord, state: JobState) -> None: ...
+
+    def finish(self, record: JobRecord, state: JobState, error: status_pb2.Status | None = None) -> None: ...
+
+    def set_error(self, record: JobRecord, error: status_pb2.Status) -> None: ...
+
+    def service_log(self, record: JobRecord, text: str) -> None: ...
+
+    def stockout_queues_jobs(self) -> bool: ...
+
+    def stockout_fails(self) -> bool: ...
+
+    def quota_holds_new_jobs(self) -> bool: ...
 
 
 @dataclass(frozen=True)
