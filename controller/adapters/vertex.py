@@ -22,6 +22,7 @@ from controller.adapters.ratelimit import RateLimiter
 from controller.core import events as ev
 from controller.request.labels import ATTEMPT_LABEL, JOB_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE, labels_for
 from controller.settings import Settings
+from trainer import layout
 
 RETRYABLE_READ = (
     gexc.ServiceUnavailable,
@@ -79,8 +80,11 @@ def is_spot(job: aiplatform_v1.CustomJob) -> bool:
     return job.job_spec.scheduling.strategy == aiplatform_v1.Scheduling.Strategy.SPOT
 
 
-def observed_event(job: aiplatform_v1.CustomJob, attempt: int, exit_reason: str | None) -> ev.VertexObserved:
-    """What the decision core needs to know of one CustomJob read from Vertex."""
+def observed_event(
+    job: aiplatform_v1.CustomJob, attempt: int, exit_record: layout.ExitRecord | None = None
+) -> ev.VertexObserved:
+    """What the decision core needs to know of one CustomJob read from Vertex (and, once it has
+    ended, of the trainer's exit record for it)."""
     return ev.VertexObserved(
         attempt=attempt,
         vertex_name=job.name,
@@ -89,8 +93,10 @@ def observed_event(job: aiplatform_v1.CustomJob, attempt: int, exit_reason: str 
         error_message=job.error.message if job.error else "",
         start_time=timestamp_seconds(job.start_time),
         end_time=timestamp_seconds(job.end_time),
-        exit_reason=exit_reason,
+        exit_reason=exit_record.reason if exit_record else None,
         spot=is_spot(job),
+        checkpoint_root=exit_record.checkpoint_root if exit_record else None,
+        steps_lost=exit_record.steps_lost if exit_record else None,
     )
 
 

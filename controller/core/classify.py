@@ -32,6 +32,22 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 
+# The trainer's exit codes and reasons have one definition, in the trainer's layout contract (a
+# standard-library-only module; the only import the core makes outside itself).
+from trainer.layout import (
+    EXIT_CONFIG,
+    EXIT_NO_USABLE_CHECKPOINT,
+    EXIT_PREEMPTED_SAVED,
+    EXIT_PREEMPTED_UNSAVED,
+    EXIT_RENDEZVOUS_TIMEOUT,
+    REASON_COMPLETED,
+    REASON_CONFIG_ERROR,
+    REASON_NO_USABLE_CHECKPOINT,
+    REASON_PREEMPTED,
+    REASON_RENDEZVOUS_TIMEOUT,
+    REASON_RUNTIME_ERROR,
+)
+
 
 class Ending(str, Enum):
     SUCCEEDED = "succeeded"
@@ -41,9 +57,13 @@ class Ending(str, Enum):
     USER_ERROR = "user_error"
     TIMEOUT = "timeout"
     CANCELLED = "cancelled"
+    # The trainer found no checkpoint it could load where one was expected: data loss, which the
+    # restart policy's `onNoUsableCheckpoint` answers (restart from scratch, or fail).
+    NO_USABLE_CHECKPOINT = "no_usable_checkpoint"
 
 
-# google.rpc.Code values (google/rpc/code.proto); the core is stdlib only, so they are named here.
+# google.rpc.Code values (google/rpc/code.proto). The core is stdlib only, so they are named here;
+# tests/controller/core/test_classify.py checks each against google.rpc.code_pb2.
 CODE_CANCELLED = 1
 CODE_INVALID_ARGUMENT = 3
 CODE_DEADLINE_EXCEEDED = 4
@@ -52,16 +72,22 @@ CODE_INTERNAL = 13
 CODE_UNAVAILABLE = 14
 
 # Trainer exit codes (docs/contracts.md) that Vertex quotes in its "non-zero status" message.
-_PREEMPTED_EXIT_CODES = frozenset({75, 76})
-_CONFIG_EXIT_CODE = 64
-_RENDEZVOUS_EXIT_CODE = 69
+_PREEMPTED_EXIT_CODES = frozenset({EXIT_PREEMPTED_SAVED, EXIT_PREEMPTED_UNSAVED})
 # A replica killed by a signal reads as 128 + N: SIGTERM (15) or SIGKILL (9) from a teardown.
 _KILLED_EXIT_CODES = frozenset({128 + 15, 128 + 9})
 # Statuses that say "this replica was stopped", not "this replica failed on its own".
 _STOPPED_EXIT_CODES = _PREEMPTED_EXIT_CODES | _KILLED_EXIT_CODES
 
 # Exit-record reasons the trainer writes that decide an ending without waiting for Vertex's error.
-DECISIVE_EXIT_REASONS = frozenset({"completed", "config_error", "runtime_error", "rendezvous_timeout"})
+DECISIVE_EXIT_REASONS = frozenset(
+    {
+        REASON_COMPLETED,
+        REASON_CONFIG_ERROR,
+        REASON_RUNTIME_ERROR,
+        REASON_RENDEZVOUS_TIMEOUT,
+        REASON_NO_USABLE_CHECKPOINT,
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -124,7 +150,7 @@ def _exit_status(obs: Observation) -> int | None:
 def _replica_failed_on_its_own(obs: Observation) -> bool:
     """Vertex names a replica whose exit status is an error of its own, not a teardown's."""
     status = _exit_status(obs)
-    if status is None or status in (_CONFIG_EXIT_CODE, _RENDEZVOUS_EXIT_CODE):
+    if status is None or status in (EXIT_CONFIG, EXIT_RENDEZVOUS_TIMEOUT, EXIT_NO_USABLE_CHECKPOINT):
         return False
     return status not in _STOPPED_EXIT_CODES or bool(_OUT_OF_MEMORY.search(obs.error_message))
 
@@ -136,7 +162,7 @@ def _has_no_error(obs: Observation) -> bool:
 def _spot_reclaim(obs: Observation) -> bool:
     if not (obs.spot and obs.ran and obs.vertex_state == "FAILED"):
         return False
-    if obs.exit_reason not in (None, "preempted"):
+    if obs.exit_reason not in (None, REASON_PREEMPTED):
         return False  # the trainer said how it ended
     return (
         obs.error_code in _RECLAIM_CODES
@@ -169,10 +195,19 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "config-error",
-        lambda o: o.exit_reason == "config_error" or _exit_status(o) == _CONFIG_EXIT_CODE,
+        lambda o: o.exit_reason == REASON_CONFIG_ERROR or _exit_status(o) == EXIT_CONFIG,
         Ending.USER_ERROR,
         permanent=True,
         why="The trainer rejected its configuration: every retry would fail the same way.",
+    ),
+    Rule(
+        "no-usable-checkpoint",
+        lambda o: (
+            o.exit_reason == REASON_NO_USABLE_CHECKPOINT or _exit_status(o) == EXIT_NO_USABLE_CHECKPOINT
+        ),
+        Ending.NO_USABLE_CHECKPOINT,
+        why="The trainer was told to resume but no checkpoint under the job's root could be loaded: "
+        "not the user's error, and never silent; the restart policy says what follows.",
     ),
     Rule(
         "replica-exit-error",
@@ -193,7 +228,7 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "exit-record-preempted",
-        lambda o: o.exit_reason == "preempted",
+        lambda o: o.exit_reason == REASON_PREEMPTED,
         Ending.PREEMPTED,
         why="The trainer recorded that it stopped on SIGTERM and Vertex names no failed replica.",
     ),
@@ -219,7 +254,7 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "rendezvous-timeout",
-        lambda o: o.exit_reason == "rendezvous_timeout" or _exit_status(o) == _RENDEZVOUS_EXIT_CODE,
+        lambda o: o.exit_reason == REASON_RENDEZVOUS_TIMEOUT or _exit_status(o) == EXIT_RENDEZVOUS_TIMEOUT,
         Ending.INFRASTRUCTURE,
         why="The gang never assembled: a node did not come up.",
     ),
@@ -240,7 +275,7 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "replica-error",
         lambda o: (
-            o.exit_reason == "runtime_error"
+            o.exit_reason == REASON_RUNTIME_ERROR
             or _exit_status(o) is not None
             or o.error_code == CODE_INVALID_ARGUMENT
         ),

@@ -38,7 +38,7 @@ from controller.core.model import (
     Phase,
     vertex_is_live,
 )
-from controller.core.policy import RestartPolicy
+from controller.core.policy import NO_CHECKPOINT_RESTART, RestartPolicy
 
 
 @dataclass(frozen=True)
@@ -310,6 +310,8 @@ def _end_attempt(state: JobState, event: ev.VertexObserved, now, rng: random.Ran
             _alert_details(state),
         )
         return state, [alert, *actions]
+    if verdict.ending is Ending.NO_USABLE_CHECKPOINT:
+        return _no_usable_checkpoint(state, event, now, rng)
 
     retry_streak = 1 if made_progress else state.retry_streak + 1
     state = replace(state, retry_streak=retry_streak)
@@ -368,6 +370,30 @@ def _end_attempt(state: JobState, event: ev.VertexObserved, now, rng: random.Ran
     wake = now + delay
     state = replace(state, phase=Phase.BACKING_OFF, next_attempt_at=wake)
     return state, [*alerts, ScheduleWakeup(wake)]
+
+
+def _no_usable_checkpoint(
+    state: JobState, event: ev.VertexObserved, now: float, rng: random.Random
+) -> Outcome:
+    """The trainer could load no checkpoint under the job's root: work is lost. Never a user error
+    and never silent: an alert names the root and the steps lost, and the policy says whether the
+    job fails or trains again from step 0 (the trainer has quarantined what it could not load, so
+    an attempt without a resume point starts fresh). No failure budget is spent either way."""
+    root = event.checkpoint_root or state.latest_checkpoint_uri or "the job's checkpoint root"
+    lost = event.steps_lost if event.steps_lost is not None else state.latest_checkpoint_step
+    what = f"no usable checkpoint under {root}; the work up to step {lost} is lost"
+    if state.policy.on_no_usable_checkpoint != NO_CHECKPOINT_RESTART:
+        return _fail(state, "checkpoint_lost", f"{what} (onNoUsableCheckpoint=fail)", now)
+    state = replace(state, latest_checkpoint_step=None, latest_checkpoint_uri=None)
+    alert = RaiseAlert(
+        "checkpoint_lost",
+        "ERROR",
+        f"job {state.job_id}: {what}; restarting from step 0 (onNoUsableCheckpoint=restartFromScratch)",
+        {**_alert_details(state), "checkpointRoot": root, "stepsLost": lost},
+    )
+    wake = now + state.policy.backoff.delay(1, rng)
+    state = replace(state, phase=Phase.BACKING_OFF, next_attempt_at=wake)
+    return state, [alert, ScheduleWakeup(wake)]
 
 
 # --- helpers ---------------------------------------------------------------------------------

@@ -58,6 +58,9 @@ class VertexObserved:
     end_time: float | None = None
     exit_reason: str | None = None
     spot: bool = False
+    # With exit_reason no_usable_checkpoint: the root the trainer searched and the steps lost.
+    checkpoint_root: str | None = None
+    steps_lost: int | None = None
 
 
 @dataclass(frozen=True)

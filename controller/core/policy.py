@@ -39,6 +39,13 @@ class Backoff:
         return max(self.initial_seconds, min(self.max_seconds, base))
 
 
+# What to do when the trainer finds no checkpoint it can load where one was expected (all of them
+# failed verification, or the bucket lost them): a data loss either way, always alerted.
+NO_CHECKPOINT_FAIL = "fail"  # stop, so a person decides whether days of compute are worth redoing
+NO_CHECKPOINT_RESTART = "restartFromScratch"  # train again from step 0
+NO_CHECKPOINT_ANSWERS = (NO_CHECKPOINT_FAIL, NO_CHECKPOINT_RESTART)
+
+
 @dataclass(frozen=True)
 class RestartPolicy:
     """What the user allows Relaunch to do when an attempt ends without success.
@@ -50,6 +57,8 @@ class RestartPolicy:
       advancing the latest committed checkpoint step.
     - `on_demand_after_preemptions`: after this many preemptions, submit with ON_DEMAND
       scheduling instead of SPOT (None = never switch).
+    - `on_no_usable_checkpoint`: `fail` (default) or `restartFromScratch` when the trainer
+      reports that no checkpoint under the job's root can be loaded.
     """
 
     max_failures: int = 3
@@ -57,6 +66,7 @@ class RestartPolicy:
     backoff: Backoff = field(default_factory=Backoff)
     crash_loop_attempts: int = 3
     on_demand_after_preemptions: int | None = None
+    on_no_usable_checkpoint: str = NO_CHECKPOINT_FAIL
 
     # --- the two serialised forms ----------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -64,6 +74,7 @@ class RestartPolicy:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RestartPolicy:
+        # Policies stored before a field existed get its default.
         return cls(**{**data, "backoff": Backoff(**data["backoff"])})
 
     def to_request_json(self) -> dict[str, Any]:
@@ -79,4 +90,5 @@ class RestartPolicy:
             },
             "crashLoopAttempts": self.crash_loop_attempts,
             "onDemandAfterPreemptions": self.on_demand_after_preemptions,
+            "onNoUsableCheckpoint": self.on_no_usable_checkpoint,
         }

@@ -179,6 +179,11 @@ class RestartPolicyModel(_Strict):
         le=MAX_BUDGET,
         description="Switch scheduling to ON_DEMAND after this many preemptions; null = never.",
     )
+    on_no_usable_checkpoint: Literal["fail", "restartFromScratch"] = Field(
+        "fail",
+        description="When the trainer can load no checkpoint under the job's root (data loss, always "
+        "alerted): fail the job (default), or restart training from step 0.",
+    )
 
     def to_policy(self) -> RestartPolicy:
         # The model's fields are the policy's fields, so the snake_case dump is its stored form.

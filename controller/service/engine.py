@@ -132,7 +132,7 @@ class Engine:
         self, job: aiplatform_v1.CustomJob, document: dict, attempt: int
     ) -> list[ev.Event]:
         events: list[ev.Event] = []
-        exit_reason = None
+        exit_record = None
         current = JobState.from_dict(document["state"]).current
         deciding = current is not None and current.number == attempt and not current.ended
         if deciding and vertex_state_name(job) in VERTEX_TERMINAL:
@@ -143,9 +143,8 @@ class Engine:
             latest = self.checkpoints.latest(uri)
             if latest is not None:
                 events.append(ev.CheckpointObserved(latest.step, latest.uri))
-            record_ = self.checkpoints.exit_record(uri, attempt)
-            exit_reason = record_.reason if record_ is not None else None
-        events.append(observed_event(job, attempt, exit_reason))
+            exit_record = self.checkpoints.exit_record(uri, attempt)
+        events.append(observed_event(job, attempt, exit_record))
         return events
 
     def reconcile(self) -> None:

@@ -213,4 +213,13 @@ CORPUS: tuple[Ending_, ...] = (
         counts_as_failure=False,
     ),
     Ending_("trainer-rendezvous-timeout", "docs/contracts.md", "FAILED", 3, _user(69, "workerpool1-0")),
+    Ending_(
+        "trainer-no-usable-checkpoint",
+        "docs/contracts.md",
+        "FAILED",
+        3,
+        _user(65, "workerpool0-0"),
+        expected=Ending.NO_USABLE_CHECKPOINT,
+        counts_as_failure=False,
+    ),
 )

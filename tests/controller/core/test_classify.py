@@ -41,6 +41,7 @@ CASES = {
     "succeeded": Observation("SUCCEEDED"),
     "cancelled": Observation("CANCELLED", 1, "CANCELED"),
     "config-error": Observation("FAILED", 3, "The replica failed.", exit_reason="config_error"),
+    "no-usable-checkpoint": Observation("FAILED", 3, EXIT_MSG.format(65), exit_reason="no_usable_checkpoint"),
     "replica-exit-error": Observation(
         "FAILED", 3, EXIT_MSG.format(1), exit_reason="preempted", spot=True, ran=True
     ),
@@ -89,3 +90,20 @@ def test_expired_job_is_a_timeout():
 )
 def test_a_failed_job_without_its_error_waits_unless_the_trainer_was_decisive(obs, wait):
     assert needs_vertex_error(obs) is wait
+
+
+def test_the_cores_rpc_codes_are_google_rpc_codes():
+    # The core is stdlib only, so it names the google.rpc codes it reads; they must be the real ones.
+    from google.rpc import code_pb2
+
+    from controller.core import classify as c
+
+    named = {name: value for name, value in vars(c).items() if name.startswith("CODE_")}
+    assert named and all(
+        getattr(code_pb2, name.removeprefix("CODE_")) == value for name, value in named.items()
+    )
+
+
+def test_a_trainer_that_found_no_usable_checkpoint_is_neither_a_user_error_nor_silent():
+    verdict = classify(Observation("FAILED", 3, EXIT_MSG.format(65), spot=True, ran=True))
+    assert verdict.ending is Ending.NO_USABLE_CHECKPOINT and not verdict.permanent

@@ -414,3 +414,48 @@ def test_a_timeout_whose_chief_was_sigtermed_is_a_timeout():
     run.running(1)
     run.ended(1, "FAILED", 4, "Job exceeded its timeout of 60s.", exit_reason="preempted")
     assert run.state.current.ending is Ending.TIMEOUT and run.state.phase is Phase.FAILED
+
+
+def _lost_checkpoints(run: Run) -> list:
+    """Attempt 2 resumes from step 40, and the trainer finds nothing under the root it can load."""
+    run.submitted(1)
+    run.running(1)
+    run.feed(ev.CheckpointObserved(40, "gs://b/ckpt/step-0000000040"))
+    run.ended(1, "FAILED", 8, PREEMPTED)
+    run.wake()
+    run.submitted(2)
+    run.running(2)
+    return run.feed(
+        ev.VertexObserved(
+            2,
+            vname(2),
+            "FAILED",
+            3,
+            "The replica workerpool0-0 exited with a non-zero status of 65. Termination reason: Error.",
+            end_time=run.now,
+            exit_reason="no_usable_checkpoint",
+            spot=True,
+            checkpoint_root="gs://b/ckpt",
+            steps_lost=40,
+        )
+    )
+
+
+def test_no_usable_checkpoint_fails_the_job_by_default_with_an_alert_naming_the_loss():
+    run = Run.start(max_failures=5)
+    actions = _lost_checkpoints(run)
+    assert run.state.phase is Phase.FAILED
+    assert run.state.current.ending is Ending.NO_USABLE_CHECKPOINT
+    assert run.state.failures == 0  # not the user's error: the failure budget is untouched
+    (alert,) = alerts(actions, "checkpoint_lost")
+    assert alert.severity == "ERROR" and "gs://b/ckpt" in alert.summary and "step 40" in alert.summary
+
+
+def test_no_usable_checkpoint_restarts_from_scratch_when_the_policy_says_so():
+    run = Run.start(max_failures=0, on_no_usable_checkpoint="restartFromScratch")
+    actions = _lost_checkpoints(run)
+    assert run.state.phase is Phase.BACKING_OFF and run.state.failures == 0
+    (alert,) = alerts(actions, "checkpoint_lost")
+    assert alert.details["stepsLost"] == 40 and "restarting from step 0" in alert.summary
+    # The next attempt has no resume point: the trainer starts at step 0.
+    assert submits(run.wake()) == [SubmitAttempt(3, None, None, False, True)]
