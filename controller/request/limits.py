@@ -19,3 +19,11 @@ RELAUNCH_ENV_NAMES = (
 )
 VERTEX_MAX_ENV = 100
 MAX_USER_ENV = VERTEX_MAX_ENV - len(RELAUNCH_ENV_NAMES)
+
+# Scheduling fields whose `false` means something: Vertex's retry switches are proto3 bools, which
+# cannot tell `false` from unset, so the request keeps them as written (canonical camelCase name
+# -> the spellings a user may write).
+EXPLICIT_SCHEDULING_FIELDS = {
+    "disableRetries": ("disableRetries", "disable_retries"),
+    "restartJobOnWorkerRestart": ("restartJobOnWorkerRestart", "restart_job_on_worker_restart"),
+}

@@ -19,6 +19,7 @@ from controller.request.fields import (
     problems_from_pydantic,
 )
 from controller.request.jobspec import parse_job_spec, spec_to_rest
+from controller.request.limits import EXPLICIT_SCHEDULING_FIELDS
 from controller.request.loading import load_document
 from controller.request.problems import Problem, RequestInvalid, kind_of
 
@@ -40,6 +41,9 @@ class JobRequest:
     job_id: str
     display_name: str | None
     job_spec: Any = field(repr=False)  # google.cloud.aiplatform_v1.CustomJobSpec
+    # The jobSpec as written: a proto3 bool cannot tell `false` from unset, and whether the user
+    # chose Vertex's retry behaviour (render.py) depends on that difference.
+    job_spec_rest: dict = field(compare=False, repr=False)
     checkpoint_uri: str
     restart_policy: RestartPolicy
     labels: dict[str, str]
@@ -51,6 +55,17 @@ class JobRequest:
         if self.display_name is not None:
             document["displayName"] = self.display_name
         document["jobSpec"] = spec_to_rest(self.job_spec)
+        # Keep explicit retry choices (false included) in the canonical form, so a request
+        # parsed back from storage renders the same CustomJob.
+        written = self.job_spec_rest.get("scheduling") or {}
+        chosen = {
+            canonical: written[spelling]
+            for canonical, spellings in EXPLICIT_SCHEDULING_FIELDS.items()
+            for spelling in spellings
+            if spelling in written
+        }
+        if chosen:
+            document["jobSpec"]["scheduling"] = {**document["jobSpec"].get("scheduling", {}), **chosen}
         document["checkpoint"] = {"uri": self.checkpoint_uri}
         document["restartPolicy"] = policy.to_request_json()
         document["labels"] = dict(sorted(self.labels.items()))
@@ -121,6 +136,7 @@ def _parse_job(document: dict, allow_local_checkpoints: bool) -> JobRequest:
         job_id=model.job_id,
         display_name=model.display_name,
         job_spec=spec,
+        job_spec_rest=spec_rest,
         checkpoint_uri=model.checkpoint.uri,
         restart_policy=model.restart_policy.to_policy(),
         labels=dict(model.labels),

@@ -26,6 +26,7 @@ from google.protobuf import json_format
 
 from controller.request import RELAUNCH_ENV_NAMES, JobRequest
 from controller.request.labels import labels_for
+from controller.request.limits import EXPLICIT_SCHEDULING_FIELDS
 
 VERTEX_MAX_DISPLAY_NAME = 128
 
@@ -62,19 +63,11 @@ def _with_relaunch_env(env: Any, ours: list[vertex.EnvVar]) -> list:
     return kept + ours
 
 
-_RETRY_FIELDS = (
-    "disableRetries",
-    "disable_retries",
-    "restartJobOnWorkerRestart",
-    "restart_job_on_worker_restart",
-)
-
-
 def _user_set_vertex_retries(request: JobRequest) -> bool:
     """Whether the request itself says how Vertex should retry (false included, which a proto3
     bool cannot tell from unset: hence the request as written)."""
     scheduling = request.job_spec_rest.get("scheduling") or {}
-    return any(name in scheduling for name in _RETRY_FIELDS)
+    return any(name in scheduling for names in EXPLICIT_SCHEDULING_FIELDS.values() for name in names)
 
 
 def build_custom_job(

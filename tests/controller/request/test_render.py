@@ -219,3 +219,16 @@ def test_retry_settings_the_user_wrote_are_kept(scheduling, expected):
         job.job_spec.scheduling.disable_retries,
         job.job_spec.scheduling.restart_job_on_worker_restart,
     ) == (expected)
+
+
+def test_an_explicit_false_retry_choice_survives_the_round_trip_through_storage():
+    # Stored jobs are parsed back from their canonical form after a restart: a user's explicit
+    # `disableRetries: false` must still render the same CustomJob then.
+    from controller.request import parse_request
+    from controller.request.render import build_custom_job
+
+    first = request(scheduling={"strategy": "SPOT", "disableRetries": False})
+    again = parse_request(first.to_json())
+    assert first.fingerprint() == again.fingerprint()
+    rendered = [build_custom_job(r, 1).job_spec.scheduling.disable_retries for r in (first, again)]
+    assert rendered == [False, False]
