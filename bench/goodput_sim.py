@@ -25,11 +25,13 @@ Policies compared at each grid point:
   best fixed  the best fixed interval on a grid of 65 values (steps of 2^(1/8), from 1/16 to 16
               times Daly's interval for the true rate), chosen on the same replications
   closed      Daly's interval with the true long-run rate of work-losing endings
-  adaptive    `controller.core.checkpoint_interval`: starts from the Spot prior, updates the
-              Gamma posterior after every ending (work-losing or not, with its exposure) and picks
-              the interval of each new attempt by minimising posterior-expected waste; knows C, W
-              and R as the controller would measure them; min 60 s, max 24 h
-  adapt-mean  the same estimate, but Daly's interval at the posterior-mean rate (for comparison)
+  adaptive    `controller.core.checkpoint_interval.choose_interval`: starts from the Spot prior,
+              updates the estimate after every ending (work-losing, saved reclaim or the final
+              success, each with its exposure) and picks the interval of each new attempt by
+              maximising the posterior-expected work rate; knows C, W and R as the controller would
+              measure them; min 60 s, max 24 h
+  adapt-mean  the same, but at the posterior-mean rates only (`nodes=1`), to show what averaging
+              over the posterior's uncertainty buys
 
     python bench/goodput_sim.py --quick      # a small grid, < 60 s on 2 cores
     python bench/goodput_sim.py              # the full grid, a few minutes
@@ -49,11 +51,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from controller.core.checkpoint_interval import (  # noqa: E402
+from controller.core.checkpoint_interval import (
     HOUR,
     SPOT_PRIOR,
     EndingKind,
     RateEstimate,
+    best_interval,
     choose_interval,
     daly_interval,
 )
@@ -148,6 +151,7 @@ def simulate(
     lane_rep: np.ndarray,
     fixed_tau: np.ndarray,
     policies: dict[int, Policy] | None = None,
+    prior: RateEstimate = SPOT_PRIOR,
 ) -> Outcome:
     """Run every lane (one replication under one policy) to the end of the job.
 
@@ -165,7 +169,7 @@ def simulate(
     checkpoints = np.zeros(lanes, dtype=np.int64)
     done = np.zeros(lanes, dtype=bool)
     tau = fixed_tau.astype(float).copy()
-    estimates = {lane: SPOT_PRIOR for lane in policies}
+    estimates = {lane: prior for lane in policies}
     taus: dict[int, list[float]] = {lane: [] for lane in policies}
     max_attempts = env.lifetimes.shape[1]
     while not done.all():
@@ -202,13 +206,17 @@ def simulate(
         for lane in policies:
             pos = np.searchsorted(active, lane)
             if pos < len(active) and active[pos] == lane:
+                # As the controller sees it: exposure is training time (after the restart), an
+                # ending before training resumed loses nothing and teaches nothing.
                 if finishes[pos]:
-                    kind = EndingKind.SUCCEEDED
+                    kind, trained = EndingKind.SUCCEEDED, float(finish[pos])
+                elif working[pos] <= 0.0:
+                    kind, trained = EndingKind.BEFORE_TRAINING, 0.0
                 elif saved[pos]:
-                    kind = EndingKind.RECLAIM_SAVED
+                    kind, trained = EndingKind.RECLAIM_SAVED, float(working[pos])
                 else:
-                    kind = EndingKind.RECLAIM_UNSAVED
-                estimates[lane] = estimates[lane].observe(kind, float(on_machine[pos]))
+                    kind, trained = EndingKind.RECLAIM_UNSAVED, float(working[pos])
+                estimates[lane] = estimates[lane].observe(kind, trained)
     return Outcome(
         goodput=work / wall,
         wall=wall,
@@ -234,7 +242,13 @@ def adaptive_policy(setting: Setting) -> Policy:
 
 def posterior_mean_policy(setting: Setting) -> Policy:
     def policy(estimate: RateEstimate) -> float:
-        tau = daly_interval(setting.checkpoint_cost, estimate.mtbf)
+        tau = best_interval(
+            estimate,
+            setting.checkpoint_cost,
+            restart_cost=setting.restart_cost,
+            write_seconds=setting.write_seconds,
+            nodes=1,
+        )
         return min(ADAPTIVE_MAX, max(ADAPTIVE_MIN, setting.write_seconds, tau))
 
     return policy
@@ -262,12 +276,14 @@ class PointResult:
     diff_se: float  # standard error of the paired (adaptive - best) goodput difference
 
 
-def run_point(setting: Setting, replications: int, seed: int) -> PointResult:
+def run_point(
+    setting: Setting, replications: int, seed: int, prior: RateEstimate = SPOT_PRIOR
+) -> PointResult:
     centre = closed_form_interval(setting)
     low, high = -16, 16  # the grid spans centre * 2^(k/8): a quarter to four times Daly's interval
     while True:
         grid = centre * 2.0 ** (np.arange(low, high + 1) / 8.0)
-        res = _run_point_on_grid(setting, replications, seed, grid, centre)
+        res = _run_point_on_grid(setting, replications, seed, grid, centre, prior)
         # An optimum on the edge of the grid may lie beyond it: widen that side and run again.
         if res.best_tau == grid[0] and low > -48:
             low -= 16
@@ -278,7 +294,7 @@ def run_point(setting: Setting, replications: int, seed: int) -> PointResult:
 
 
 def _run_point_on_grid(
-    setting: Setting, replications: int, seed: int, grid: np.ndarray, centre: float
+    setting: Setting, replications: int, seed: int, grid: np.ndarray, centre: float, prior: RateEstimate
 ) -> PointResult:
     expected_attempts = setting.work_seconds / setting.mtbf if setting.process != "none" else 1.0
     attempts = int(3 * expected_attempts) + 100
@@ -298,7 +314,7 @@ def _run_point_on_grid(
         # drawn, all of them run again on a longer one.
         env = make_environment(setting, replications, seed, attempts)
         try:
-            out = simulate(setting, env, lane_rep, fixed_tau, policies)
+            out = simulate(setting, env, lane_rep, fixed_tau, policies, prior)
             break
         except OutOfAttempts:
             attempts *= 2
@@ -333,7 +349,7 @@ def grid_settings(quick: bool, args: argparse.Namespace) -> list[Setting]:
         successes = [0.0, 0.9]
     else:
         processes = ["poisson", "weibull0.7", "weibull1.5", "bursty"]
-        mtbfs = [0.5, 2.0, 8.0, 32.0]
+        mtbfs = [1.0, 3.0, 10.0, 30.0]
         costs = [10.0, 60.0, 300.0, 900.0]
         successes = [0.0, 0.5, 0.9]
     return [
@@ -355,6 +371,10 @@ def grid_settings(quick: bool, args: argparse.Namespace) -> list[Setting]:
     ]
 
 
+def _row_key(s: Setting) -> str:
+    return f"{s.process} {s.mtbf / HOUR:g}h {s.checkpoint_cost:.0f}s {s.save_success:.1f}"
+
+
 def _fmt_tau(seconds: float) -> str:
     if seconds >= 2 * HOUR:
         return f"{seconds / HOUR:.1f}h"
@@ -364,22 +384,34 @@ def _fmt_tau(seconds: float) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--quick", action="store_true", help="a small grid with fewer replications")
-    parser.add_argument("--replications", type=int, default=None, help="default 24 quick, 48 full")
+    parser.add_argument("--replications", type=int, default=None, help="default 24 quick, 40 full")
     parser.add_argument("--seed", type=int, default=20261123)
     parser.add_argument("--work-hours", type=float, default=200.0)
     parser.add_argument("--restart", type=float, default=300.0, help="R, seconds (start-up + restore)")
     parser.add_argument("--write-factor", type=float, default=2.0, help="W = this x C")
     parser.add_argument("--stockout-prob", type=float, default=0.3)
     parser.add_argument("--stockout-mean", type=float, default=900.0)
+    parser.add_argument("--prior-alpha", type=float, default=SPOT_PRIOR.alpha, help="adaptive prior weight")
+    parser.add_argument(
+        "--prior-mtbf-hours", type=float, default=SPOT_PRIOR.mtbf / HOUR, help="adaptive prior mean MTBF"
+    )
+    parser.add_argument("--only", default="", help="run only the settings whose row starts with this")
     args = parser.parse_args()
-    replications = args.replications or (24 if args.quick else 48)
-    settings = grid_settings(args.quick, args)
+    prior = RateEstimate(alpha=args.prior_alpha, beta=args.prior_alpha * args.prior_mtbf_hours * HOUR)
+    replications = args.replications or (24 if args.quick else 40)
+    # Each setting keeps its seed (its place in the whole grid) when --only picks a few.
+    settings = [
+        (i, s) for i, s in enumerate(grid_settings(args.quick, args)) if _row_key(s).startswith(args.only)
+    ]
     print(
         f"{len(settings)} settings, {replications} replications each, {args.work_hours:.0f} h of work, "
         f"R={args.restart:.0f}s, W={args.write_factor:g}xC, stockout p={args.stockout_prob} "
-        f"mean={args.stockout_mean:.0f}s, default interval {_fmt_tau(DEFAULT_INTERVAL)}, seed {args.seed}"
+        f"mean={args.stockout_mean:.0f}s, default interval {_fmt_tau(DEFAULT_INTERVAL)}, seed {args.seed}, "
+        f"prior Gamma({prior.alpha:g}, {prior.beta / HOUR:g} h) (mean MTBF {prior.mtbf / HOUR:g} h)"
     )
     header = (
         f"{'process':<11}{'M':>5}{'C':>5}{'save':>5} | {'default':>7} {'best':>6}{'@tau':>6} "
@@ -390,8 +422,8 @@ def main() -> int:
     print("-" * len(header))
     started = time.perf_counter()
     results: list[PointResult] = []
-    for index, setting in enumerate(settings):
-        res = run_point(setting, replications, seed=args.seed + index)
+    for index, setting in settings:
+        res = run_point(setting, replications, seed=args.seed + index, prior=prior)
         results.append(res)
         s = setting
         print(
@@ -418,9 +450,13 @@ def main() -> int:
         f"worst adaptive/best: {100 * worst.adaptive / worst.best:.2f}% at {where(worst)} "
         f"(paired se {100 * worst.diff_se / worst.best:.2f} points)"
     )
-    print(f"worst adapt-mean/best: {100 * worst_mean.adaptive_mean / worst_mean.best:.2f}% at {where(worst_mean)}")
+    print(
+        f"worst adapt-mean/best: {100 * worst_mean.adaptive_mean / worst_mean.best:.2f}% at {where(worst_mean)}"
+    )
     print(f"worst closed/best: {100 * worst_closed.closed / worst_closed.best:.2f}% at {where(worst_closed)}")
-    print(f"worst default(30m)/best: {100 * worst_default.default / worst_default.best:.2f}% at {where(worst_default)}")
+    print(
+        f"worst default(30m)/best: {100 * worst_default.default / worst_default.best:.2f}% at {where(worst_default)}"
+    )
     below = [r for r in results if r.default / r.best < 0.98]
     print(f"default below 98% of best at {len(below)} of {len(results)} points:")
     for r in sorted(below, key=lambda r: r.default / r.best)[:12]:
