@@ -101,7 +101,7 @@ def make_environment(setting: Setting, replications: int, seed: int, attempts: i
     shape = (replications, attempts)
     m = setting.mtbf
     if setting.process == "none":
-        lifetimes = np.full(shape, np.inf)
+        lifetimes = np.full(shape, 1e18)  # never reclaimed (finite, to keep the arithmetic clean)
     elif setting.process == "poisson":
         lifetimes = rng.exponential(m, shape)
     elif setting.process.startswith("weibull"):

@@ -16,8 +16,9 @@ loop) and then an asynchronous write to GCS that ends with the commit. Only the 
 training, so C here is the *blocking stall* alone. The full write time W matters only when a
 failure lands between the stall and the commit: then the previous checkpoint is the newest one and
 about W more seconds are lost. That is a fixed extra loss per failure whatever tau is (the window
-is W long in every interval), so it changes the expected waste but not the interval that
-minimises it. W does set a floor: an interval shorter than W would start a new save before the
+is W long in every interval), so to first order it changes the expected waste but not the
+interval that minimises it (the exact model below keeps its small second-order effect). W does
+set a floor: an interval shorter than W would start a new save before the
 last one committed, so `choose_interval` never returns less than W.
 
 What M counts. Only endings that lose work: an announced reclaim whose emergency save committed
@@ -27,9 +28,10 @@ names each kind and `loses_work` says which count.
 The estimate
 ------------
 Per capacity class, work-losing endings are taken to arrive as a Poisson process with unknown
-rate lambda per second of exposure (seconds an attempt held its machines). The conjugate prior is
-Gamma(alpha, beta) (shape, rate): after n endings in T seconds of exposure the posterior is
-Gamma(alpha + n, beta + T). The prior reads as "alpha endings seen in beta seconds".
+rate lambda per second of exposure (seconds of training: from the first step after the restore to
+the ending). The conjugate prior is Gamma(alpha, beta) (shape, rate): after n endings in T seconds
+of exposure the posterior is Gamma(alpha + n, beta + T). The prior reads as "alpha endings seen in
+beta seconds". Saved reclaims are counted too (their rate mu lengthens the interval, see below).
 
 The choice
 ----------
