@@ -44,6 +44,8 @@ import math
 import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -383,6 +385,23 @@ def _fmt_tau(seconds: float) -> str:
     return f"{seconds:.0f}s"
 
 
+def _print_row(res: PointResult) -> None:
+    s = res.setting
+    print(
+        f"{s.process:<11}{s.mtbf / HOUR:>4g}h{s.checkpoint_cost:>4.0f}s{s.save_success:>5.1f} | "
+        f"{res.default:7.4f} {res.best:6.4f}{_fmt_tau(res.best_tau):>6}{'*' if res.best_at_edge else ' '}"
+        f"{res.closed:6.4f}{_fmt_tau(res.closed_tau):>6} {res.adaptive:6.4f} {res.adaptive_mean:10.4f} | "
+        f"{100 * res.adaptive / res.best:6.2f}% {100 * res.diff_se / res.best:4.2f} "
+        f"{100 * res.default / res.best:7.2f}% | "
+        f"{_fmt_tau(res.adaptive_taus[0]):>9} -> {_fmt_tau(res.adaptive_taus[1]):<9}",
+        flush=True,
+    )
+
+
+def _run_point_star(args: tuple[Setting, int, int, RateEstimate]) -> PointResult:
+    return run_point(*args)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -399,6 +418,7 @@ def main() -> int:
     parser.add_argument(
         "--prior-mtbf-hours", type=float, default=SPOT_PRIOR.mtbf / HOUR, help="adaptive prior mean MTBF"
     )
+    parser.add_argument("--jobs", type=int, default=1, help="worker processes (grid points run in parallel)")
     parser.add_argument("--only", default="", help="run only the settings whose row starts with this")
     args = parser.parse_args()
     prior = RateEstimate(alpha=args.prior_alpha, beta=args.prior_alpha * args.prior_mtbf_hours * HOUR)
@@ -422,19 +442,13 @@ def main() -> int:
     print("-" * len(header))
     started = time.perf_counter()
     results: list[PointResult] = []
-    for index, setting in settings:
-        res = run_point(setting, replications, seed=args.seed + index, prior=prior)
-        results.append(res)
-        s = setting
-        print(
-            f"{s.process:<11}{s.mtbf / HOUR:>4g}h{s.checkpoint_cost:>4.0f}s{s.save_success:>5.1f} | "
-            f"{res.default:7.4f} {res.best:6.4f}{_fmt_tau(res.best_tau):>6}{'*' if res.best_at_edge else ' '}"
-            f"{res.closed:6.4f}{_fmt_tau(res.closed_tau):>6} {res.adaptive:6.4f} {res.adaptive_mean:10.4f} | "
-            f"{100 * res.adaptive / res.best:6.2f}% {100 * res.diff_se / res.best:4.2f} "
-            f"{100 * res.default / res.best:7.2f}% | "
-            f"{_fmt_tau(res.adaptive_taus[0]):>9} -> {_fmt_tau(res.adaptive_taus[1]):<9}",
-            flush=True,
-        )
+    work = [(setting, replications, args.seed + index, prior) for index, setting in settings]
+    with ProcessPoolExecutor(max_workers=args.jobs) if args.jobs > 1 else nullcontext() as pool:
+        # In grid order whatever the number of workers; every point has its own seed.
+        points = pool.map(_run_point_star, work) if pool else map(_run_point_star, work)
+        for res in points:
+            results.append(res)
+            _print_row(res)
     elapsed = time.perf_counter() - started
     worst = min(results, key=lambda r: r.adaptive / r.best)
     worst_mean = min(results, key=lambda r: r.adaptive_mean / r.best)

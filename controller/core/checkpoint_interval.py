@@ -245,18 +245,24 @@ class RateEstimate:
         )
 
 
-# Priors: Gamma(1, M0), "one work-losing ending seen in M0 seconds of training", i.e. an exponential
-# prior on the rate with mean 1/M0; a few real endings (or a few M0 of training without one)
-# outweigh it. A weight of 2 learnt too slowly in the goodput simulator where work-losing endings
-# are rare (a 200 h job sees two or three): it cost up to 1.5 % of goodput there.
-# Spot: a multi-node Spot job is reclaimed every few hours, and whether the emergency save gets
-# done in Vertex's (unknown, assume <= 15 s) grace is uncertain, so until the data say otherwise
-# assume reclaims lose work: M0 = 4 h. Erring short early costs a few percent in stalls for a few
-# hours; erring long costs half an interval of recomputation at every failure.
-# Standard and Flex-start capacity is not reclaimed; what remains is crashes, node loss and host
-# events: M0 = 3 days.
-SPOT_PRIOR = RateEstimate(alpha=1.0, beta=4 * HOUR)
-NON_PREEMPTIBLE_PRIOR = RateEstimate(alpha=1.0, beta=3 * DAY)
+# Priors: Gamma(1/2, M0/2): mean rate 1/M0, weight half a work-losing ending, i.e. a vague prior
+# that a single real ending, or a few M0 of training without one, outweighs.
+#
+# Why optimistic rather than pessimistic. A new capacity class's first attempt runs at the prior's
+# interval until it ends, and the costs of the two kinds of error are far apart:
+#   - prior too pessimistic (interval too short): the extra stalls are paid for the whole first
+#     attempt, and when work-losing endings are rare that attempt is long (tens of hours);
+#   - prior too optimistic (interval too long): the loss is bounded by the work since the start of
+#     the attempt, and only until the first work-losing ending, which then moves the estimate at
+#     once (the prior weighs half an ending).
+# In bench/goodput_sim.py a pessimistic Gamma(1, 4 h) cost up to 4 % of goodput where work-losing
+# endings are rare (30 h between reclaims, 90 % of emergency saves committed, C = 900 s), while
+# Gamma(1/2, M0 = 24 h) costs at most about 0.6 % where they are frequent (1 h, C = 900 s).
+# Spot: M0 = 24 h of training between work-losing endings (reclaims come every few hours, but the
+# emergency save usually commits). Standard and Flex-start capacity is not reclaimed; what remains
+# is crashes, node loss and host events: M0 = 7 days.
+SPOT_PRIOR = RateEstimate(alpha=0.5, beta=0.5 * DAY)
+NON_PREEMPTIBLE_PRIOR = RateEstimate(alpha=0.5, beta=3.5 * DAY)
 
 
 def prior_for(capacity: CapacityClass) -> RateEstimate:
@@ -319,12 +325,12 @@ class RateBook:
 # Uncertainty. What a job cares about is its completion time, i.e. the time per second of work,
 # 1 / rate. We minimise its posterior expectation: 1 / rate is averaged over lambda's Gamma
 # posterior on QUADRATURE_NODES equal-probability quantiles (Wilson-Hilferty approximation of the
-# Gamma quantile, good for shape >= 1, which the prior guarantees); mu is taken at its posterior
+# Gamma quantile: good for shape >= 1, rough below, i.e. for the prior alone); mu is taken at its posterior
 # mean. Rates higher than believed cost more than lower ones save, so while the posterior is wide
 # the choice leans towards intervals that stay good if the rate turns out high; once it is
-# narrow this is the plug-in optimum. In the goodput simulator this beats the plug-in choice at
-# the posterior-mean rate (nodes=1) only slightly (a few hundredths of a percent of goodput where
-# work-losing endings are rare); the prior's weight mattered far more (see the priors above).
+# narrow this is the plug-in optimum. In the goodput simulator this and the plug-in choice at the
+# posterior-mean rate (nodes=1) are within noise of each other (a few hundredths of a percent of
+# goodput); the prior mattered far more (see the priors above).
 
 QUADRATURE_NODES = 5
 
