@@ -174,14 +174,18 @@ def simulate(
     estimates = {lane: prior for lane in policies}
     taus: dict[int, list[float]] = {lane: [] for lane in policies}
     max_attempts = env.lifetimes.shape[1]
+    policy_lanes = np.array(sorted(policies), dtype=np.int64)
+    position = np.full(lanes, -1, dtype=np.int64)  # of each lane within `active`
     while not done.all():
         active = np.flatnonzero(~done)
         if attempt[active].max() >= max_attempts:
             raise OutOfAttempts(max_attempts)
-        for lane in policies:
-            if not done[lane]:
-                tau[lane] = policies[lane](estimates[lane])
-                taus[lane].append(float(tau[lane]))
+        asking = policy_lanes[~done[policy_lanes]]
+        if len(asking):
+            chosen = [policies[lane](estimates[lane]) for lane in asking.tolist()]
+            tau[asking] = chosen
+            for lane, value in zip(asking.tolist(), chosen):
+                taus[lane].append(value)
         reps, idx = lane_rep[active], attempt[active]
         life = env.lifetimes[reps, idx]
         saved = env.saved[reps, idx]
@@ -205,19 +209,27 @@ def simulate(
         progress[active] = np.where(finishes, work, progress[active] + gained)
         attempt[active] += 1
         done[active[finishes]] = True
-        for lane in policies:
-            pos = np.searchsorted(active, lane)
-            if pos < len(active) and active[pos] == lane:
-                # As the controller sees it: exposure is training time (after the restart), an
-                # ending before training resumed loses nothing and teaches nothing.
-                if finishes[pos]:
-                    kind, trained = EndingKind.SUCCEEDED, float(finish[pos])
-                elif working[pos] <= 0.0:
+        if len(asking):
+            # As the controller sees it: exposure is training time (after the restart), an ending
+            # before training resumed loses nothing and teaches nothing.
+            position[active] = np.arange(len(active))
+            at = position[asking]
+            rows = zip(
+                asking.tolist(),
+                finishes[at].tolist(),
+                finish[at].tolist(),
+                working[at].tolist(),
+                saved[at].tolist(),
+            )
+            for lane, finished, finish_s, working_s, was_saved in rows:
+                if finished:
+                    kind, trained = EndingKind.SUCCEEDED, finish_s
+                elif working_s <= 0.0:
                     kind, trained = EndingKind.BEFORE_TRAINING, 0.0
-                elif saved[pos]:
-                    kind, trained = EndingKind.RECLAIM_SAVED, float(working[pos])
+                elif was_saved:
+                    kind, trained = EndingKind.RECLAIM_SAVED, working_s
                 else:
-                    kind, trained = EndingKind.RECLAIM_UNSAVED, float(working[pos])
+                    kind, trained = EndingKind.RECLAIM_UNSAVED, working_s
                 estimates[lane] = estimates[lane].observe(kind, trained)
     return Outcome(
         goodput=work / wall,

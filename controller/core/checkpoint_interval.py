@@ -90,7 +90,11 @@ def loses_work(kind: EndingKind) -> bool:
 
 
 def young_interval(checkpoint_cost: float, mtbf: float) -> float:
-    """Young (1974): tau = sqrt(2 C M), first-order optimum, good when C << M."""
+    """Young's first-order optimum tau = sqrt(2 C M), good when C << M.
+
+    J. W. Young, "A first order approximation to the optimum checkpoint interval", Communications
+    of the ACM 17(9):530-531, 1974.
+    """
     _check_positive(checkpoint_cost=checkpoint_cost, mtbf=mtbf)
     return math.sqrt(2.0 * checkpoint_cost * mtbf)
 
@@ -99,7 +103,7 @@ def daly_interval(checkpoint_cost: float, mtbf: float) -> float:
     """Daly's higher-order optimum (compute time between checkpoints, C and restart excluded).
 
     J. T. Daly, "A higher order estimate of the optimum checkpoint interval for restart dumps",
-    Future Generation Computer Systems 22(3):303-312, 2006:
+    Future Generation Computer Systems 22(3):303-312, 2006, doi:10.1016/j.future.2004.11.016:
         tau = sqrt(2 C M) * [1 + (1/3) sqrt(C / (2M)) + (1/9) (C / (2M))] - C   for C < 2M
         tau = M                                                               for C >= 2M
     Past C = 2M checkpointing barely pays at all; Daly's paper gives M there, and so do we.

@@ -52,6 +52,14 @@ def test_daly_matches_its_published_expansion_and_approaches_young_when_cost_is_
     assert daly_interval(1.0, 1e6) == pytest.approx(young_interval(1.0, 1e6), rel=2e-3)
 
 
+@pytest.mark.parametrize(("mtbf_hours", "minutes"), [(24.0, 117.0), (6.0, 57.0), (0.25, 9.1)])
+def test_daly_reproduces_the_optima_printed_in_his_paper(mtbf_hours, minutes):
+    # Daly (2006), figures 3-5: dump time 5 min, M = 24 h, 6 h and 15 min.
+    assert daly_interval(300.0, mtbf_hours * HOUR) / 60.0 == pytest.approx(
+        minutes, abs=0.5 if minutes > 10 else 0.05
+    )
+
+
 def test_daly_is_the_mtbf_once_the_cost_reaches_twice_the_mtbf():
     assert daly_interval(7200.0, 3600.0) == 3600.0
     assert daly_interval(10_000.0, 3600.0) == 3600.0
