@@ -262,8 +262,9 @@ class RateEstimate:
 # In bench/goodput_sim.py a pessimistic Gamma(1, 4 h) cost up to 4 % of goodput where work-losing
 # endings are rare (30 h between reclaims, 90 % of emergency saves committed, C = 900 s), while
 # Gamma(1/2, M0 = 24 h) costs at most about 0.6 % where they are frequent (1 h, C = 900 s).
-# Spot: M0 = 24 h of training between work-losing endings (reclaims come every few hours, but the
-# emergency save usually commits). Standard and Flex-start capacity is not reclaimed; what remains
+# Spot: M0 = 24 h of training between work-losing endings, optimistic on purpose (a reclaim every
+# few hours with most emergency saves committing gives about this; whether they commit within
+# Vertex's grace is unknown, and the data settle it after the first few endings). Standard and Flex-start capacity is not reclaimed; what remains
 # is crashes, node loss and host events: M0 = 7 days.
 SPOT_PRIOR = RateEstimate(alpha=0.5, beta=0.5 * DAY)
 NON_PREEMPTIBLE_PRIOR = RateEstimate(alpha=0.5, beta=3.5 * DAY)
@@ -478,10 +479,11 @@ def choose_interval(
 ) -> float:
     """Seconds of training between two checkpoints for the next attempt.
 
-    `checkpoint_cost` is the blocking stall of one save (C); `write_seconds` the full write time
-    up to the commit, which only floors the interval (see the module docstring); `restart_cost`
-    the seconds a failure costs before training resumes (it shifts the optimum slightly once the
-    rate is uncertain). The user's `min_s`/`max_s` win over everything.
+    `checkpoint_cost` is the blocking stall of one save (C), as measured from commit markers;
+    `write_seconds` the full write time up to the commit, which floors the interval (and adds its
+    small second-order effect in the model); `restart_cost` the seconds from an attempt's start to
+    its first step (it weighs the rates against each other a little). The user's `min_s`/`max_s`
+    win over everything.
     """
     return choose_interval_detail(
         estimate, checkpoint_cost, min_s, max_s, restart_cost=restart_cost, write_seconds=write_seconds
@@ -491,8 +493,9 @@ def choose_interval(
 def explain(estimate: RateEstimate, checkpoint_cost: float, choice: IntervalChoice) -> str:
     """One line for `status` and `report`."""
     basis = (
-        f"{estimate.endings} work-losing ending(s) in {estimate.exposure_seconds / HOUR:.1f} h observed + prior"
-        if estimate.exposure_seconds > 0.0 or estimate.endings
+        f"{estimate.endings} work-losing ending(s) and {estimate.saved_reclaims} saved reclaim(s) in "
+        f"{estimate.exposure_seconds / HOUR:.1f} h of training + prior"
+        if estimate.exposure_seconds > 0.0 or estimate.endings or estimate.saved_reclaims
         else "prior only, nothing observed yet"
     )
     bound = {

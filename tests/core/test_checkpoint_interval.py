@@ -305,7 +305,7 @@ def test_explanation_names_the_estimate_its_basis_the_cost_and_the_interval():
     choice = choose_interval_detail(estimate, 45.0, 60.0, 24 * HOUR)
     text = explain(estimate, 45.0, choice)
     assert f"MTBF {estimate.mtbf / HOUR:.1f} h" in text
-    assert "3 work-losing ending(s)" in text and "12.0 h" in text
+    assert "3 work-losing ending(s) and 4 saved reclaim(s) in 12.0 h" in text
     assert "C 45 s" in text
     assert f"interval {choice.seconds / 60:.1f} min" in text
     assert "prior only" in explain(
