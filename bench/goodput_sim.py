@@ -1,0 +1,498 @@
+"""Goodput of checkpoint-interval policies under simulated reclaims (a benchmark script, not a test).
+
+A discrete-event simulation of one long job (200 h of training by default) on capacity that gets
+reclaimed. Every attempt starts with a restart cost R (start-up, restore) and then alternates
+tau seconds of training with a checkpoint: a C-second blocking stall, then an asynchronous write
+that commits W seconds after the stall ends (training goes on meanwhile). When the attempt is
+reclaimed, the emergency save commits with probability `save_success` (then nothing is lost);
+otherwise everything since the newest *committed* checkpoint is lost. Before each new attempt
+there may be a stockout wait. Goodput = work / total wall time (waits, restarts, stalls and lost
+work all count against it).
+
+Reclaim processes (how long an attempt holds its machines before it is reclaimed, with mean M):
+  poisson     exponential lifetimes (memoryless)
+  weibull0.7  Weibull shape 0.7: young machines are reclaimed more often (decreasing hazard)
+  weibull1.5  Weibull shape 1.5: old machines are reclaimed more often (increasing hazard)
+  bursty      zone-wide bursts: a two-state Markov chain over attempts; in a burst (half of the
+              attempts, runs of 5 on average) lifetimes have mean M/10, in calm periods 1.9 M, so
+              reclaims arrive in clusters of quick successive hits.
+Random numbers are drawn per (replication, attempt number) and shared by every policy (common
+random numbers), so differences between policies are not drowned by the noise of the reclaims.
+
+Policies compared at each grid point:
+  default     a fixed 30 min of training between checkpoints (what a user typically writes:
+              `--checkpoint-every-seconds 1800`, or the steps that take about that long)
+  best fixed  the best fixed interval on a grid in steps of 2^(1/8) (9 %) from 1/4 to 4 times
+              Daly's interval for the true rate, widened on a side (up to 1/64 .. 64 times) while
+              the best sits on that edge; chosen on the same replications
+  closed      Daly's interval with the true long-run rate of work-losing endings
+  adaptive    `controller.core.checkpoint_interval.choose_interval`: starts from the Spot prior,
+              updates the estimate after every ending (work-losing, saved reclaim or the final
+              success, each with its training time as exposure; an ending during the restart
+              teaches nothing) and picks the interval of each new attempt by minimising the
+              posterior-expected time per unit of work; knows C, W and R as the controller would
+              measure them; min 60 s, max 24 h
+  adapt-mean  the same, but at the posterior-mean rates only (`nodes=1`), to show what averaging
+              over the posterior's uncertainty buys
+
+    python bench/goodput_sim.py --quick --jobs 2   # 32 settings: about 35 s of CPU in all
+    python bench/goodput_sim.py --jobs 2           # 192 settings: about 5 min of CPU in all
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from contextlib import nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from controller.core.checkpoint_interval import (
+    HOUR,
+    SPOT_PRIOR,
+    EndingKind,
+    RateEstimate,
+    best_interval,
+    choose_interval,
+    daly_interval,
+)
+
+DEFAULT_INTERVAL = 1800.0
+ADAPTIVE_MIN, ADAPTIVE_MAX = 60.0, 24 * HOUR
+PROCESSES = ("poisson", "weibull0.7", "weibull1.5", "bursty", "none")
+BURST_SHARE, BURST_RUN, BURST_SPEEDUP = 0.5, 5.0, 10.0
+
+
+@dataclass(frozen=True)
+class Setting:
+    process: str
+    mtbf: float  # mean on-machine time between reclaims, seconds
+    checkpoint_cost: float  # C: blocking stall, seconds
+    save_success: float  # probability that the emergency save on a reclaim commits
+    write_seconds: float  # W: from the end of the stall to the commit
+    restart_cost: float  # R: start-up and restore at the start of every attempt
+    stockout_prob: float  # chance that a new attempt first waits for capacity
+    stockout_mean: float  # mean of that wait (exponential), seconds
+    work_seconds: float = 200 * HOUR
+
+    @property
+    def work_losing_rate(self) -> float:
+        """Long-run work-losing endings per on-machine second (renewal-reward: (1 - s) / M)."""
+        if self.process == "none":
+            return 0.0
+        return (1.0 - self.save_success) / self.mtbf
+
+
+@dataclass(frozen=True)
+class Environment:
+    """Per (replication, attempt): reclaim lifetime, whether the emergency save commits, stockout wait."""
+
+    lifetimes: np.ndarray
+    saved: np.ndarray
+    waits: np.ndarray
+
+
+def make_environment(setting: Setting, replications: int, seed: int, attempts: int) -> Environment:
+    rng = np.random.default_rng(seed)
+    shape = (replications, attempts)
+    m = setting.mtbf
+    if setting.process == "none":
+        lifetimes = np.full(shape, 1e18)  # never reclaimed (finite, to keep the arithmetic clean)
+    elif setting.process == "poisson":
+        lifetimes = rng.exponential(m, shape)
+    elif setting.process.startswith("weibull"):
+        k = float(setting.process.removeprefix("weibull"))
+        lifetimes = rng.weibull(k, shape) * (m / math.gamma(1.0 + 1.0 / k))
+    elif setting.process == "bursty":
+        leave = 1.0 / BURST_RUN  # burst -> calm
+        enter = leave * BURST_SHARE / (1.0 - BURST_SHARE)  # calm -> burst, so bursts hold BURST_SHARE
+        switch = rng.random(shape)
+        in_burst = np.empty(shape, dtype=bool)
+        state = rng.random(replications) < BURST_SHARE
+        for i in range(attempts):
+            state = np.where(state, switch[:, i] >= leave, switch[:, i] < enter)
+            in_burst[:, i] = state
+        burst_mean = m / BURST_SPEEDUP
+        calm_mean = (m - BURST_SHARE * burst_mean) / (1.0 - BURST_SHARE)
+        lifetimes = rng.exponential(1.0, shape) * np.where(in_burst, burst_mean, calm_mean)
+    else:
+        raise ValueError(f"unknown process {setting.process}")
+    saved = rng.random(shape) < setting.save_success
+    waits = np.where(
+        rng.random(shape) < setting.stockout_prob, rng.exponential(setting.stockout_mean, shape), 0.0
+    )
+    waits[:, 0] = 0.0  # the first attempt is submitted onto capacity that is there
+    return Environment(lifetimes=lifetimes, saved=saved, waits=waits)
+
+
+Policy = Callable[[RateEstimate], float]
+
+
+class OutOfAttempts(Exception):
+    """A lane needed more attempts than the environment drew."""
+
+
+@dataclass
+class Outcome:
+    goodput: np.ndarray  # per lane
+    wall: np.ndarray
+    attempts: np.ndarray
+    checkpoints: np.ndarray
+    taus: list[list[float]]  # per policy lane, the interval of each attempt (empty for fixed lanes)
+
+
+def simulate(
+    setting: Setting,
+    env: Environment,
+    lane_rep: np.ndarray,
+    fixed_tau: np.ndarray,
+    policies: dict[int, Policy] | None = None,
+    prior: RateEstimate = SPOT_PRIOR,
+) -> Outcome:
+    """Run every lane (one replication under one policy) to the end of the job.
+
+    Lanes are advanced one attempt at a time, all together. `fixed_tau[lane]` is the lane's
+    interval; lanes listed in `policies` instead ask their policy for it before each attempt,
+    passing the estimate built from the endings that lane has seen.
+    """
+    policies = policies or {}
+    lanes = len(lane_rep)
+    c, w_commit, r = setting.checkpoint_cost, setting.write_seconds, setting.restart_cost
+    work = setting.work_seconds
+    progress = np.zeros(lanes)  # committed work, seconds
+    wall = np.zeros(lanes)
+    attempt = np.zeros(lanes, dtype=np.int64)
+    checkpoints = np.zeros(lanes, dtype=np.int64)
+    done = np.zeros(lanes, dtype=bool)
+    tau = fixed_tau.astype(float).copy()
+    estimates = {lane: prior for lane in policies}
+    taus: dict[int, list[float]] = {lane: [] for lane in policies}
+    max_attempts = env.lifetimes.shape[1]
+    policy_lanes = np.array(sorted(policies), dtype=np.int64)
+    position = np.full(lanes, -1, dtype=np.int64)  # of each lane within `active`
+    while not done.all():
+        active = np.flatnonzero(~done)
+        if attempt[active].max() >= max_attempts:
+            raise OutOfAttempts(max_attempts)
+        asking = policy_lanes[~done[policy_lanes]]
+        if len(asking):
+            chosen = [policies[lane](estimates[lane]) for lane in asking.tolist()]
+            tau[asking] = chosen
+            for lane, value in zip(asking.tolist(), chosen):
+                taus[lane].append(value)
+        reps, idx = lane_rep[active], attempt[active]
+        life = env.lifetimes[reps, idx]
+        saved = env.saved[reps, idx]
+        wall[active] += env.waits[reps, idx]
+        t = tau[active]
+        remaining = work - progress[active]
+        # Time from the end of the restart to the end of the job, if nothing interrupts it: the
+        # remaining work plus a stall after every full interval except at the very end.
+        ckpts_to_finish = np.ceil(remaining / t) - 1.0
+        finish = remaining + c * ckpts_to_finish
+        working = np.maximum(life - r, 0.0)  # seconds of the attempt after the restart
+        finishes = finish <= working
+        cycle = t + c
+        full = np.floor(working / cycle)
+        computed = full * t + np.minimum(working - full * cycle, t)
+        committed_cycles = np.where(working >= w_commit, np.floor((working - w_commit) / cycle), 0.0)
+        gained = np.where(saved, computed, committed_cycles * t)
+        on_machine = np.where(finishes, r + finish, life)
+        wall[active] += on_machine
+        checkpoints[active] += np.where(finishes, ckpts_to_finish, full).astype(np.int64)
+        progress[active] = np.where(finishes, work, progress[active] + gained)
+        attempt[active] += 1
+        done[active[finishes]] = True
+        if len(asking):
+            # As the controller sees it: exposure is training time (after the restart), an ending
+            # before training resumed loses nothing and teaches nothing.
+            position[active] = np.arange(len(active))
+            at = position[asking]
+            rows = zip(
+                asking.tolist(),
+                finishes[at].tolist(),
+                finish[at].tolist(),
+                working[at].tolist(),
+                saved[at].tolist(),
+            )
+            for lane, finished, finish_s, working_s, was_saved in rows:
+                if finished:
+                    kind, trained = EndingKind.SUCCEEDED, finish_s
+                elif working_s <= 0.0:
+                    kind, trained = EndingKind.BEFORE_TRAINING, 0.0
+                elif was_saved:
+                    kind, trained = EndingKind.RECLAIM_SAVED, working_s
+                else:
+                    kind, trained = EndingKind.RECLAIM_UNSAVED, working_s
+                estimates[lane] = estimates[lane].observe(kind, trained)
+    return Outcome(
+        goodput=work / wall,
+        wall=wall,
+        attempts=attempt,
+        checkpoints=checkpoints,
+        taus=[taus.get(lane, []) for lane in range(lanes)],
+    )
+
+
+def adaptive_policy(setting: Setting) -> Policy:
+    def policy(estimate: RateEstimate) -> float:
+        return choose_interval(
+            estimate,
+            setting.checkpoint_cost,
+            ADAPTIVE_MIN,
+            ADAPTIVE_MAX,
+            restart_cost=setting.restart_cost,
+            write_seconds=setting.write_seconds,
+        )
+
+    return policy
+
+
+def posterior_mean_policy(setting: Setting) -> Policy:
+    def policy(estimate: RateEstimate) -> float:
+        tau = best_interval(
+            estimate,
+            setting.checkpoint_cost,
+            restart_cost=setting.restart_cost,
+            write_seconds=setting.write_seconds,
+            nodes=1,
+        )
+        return min(ADAPTIVE_MAX, max(ADAPTIVE_MIN, setting.write_seconds, tau))
+
+    return policy
+
+
+def closed_form_interval(setting: Setting) -> float:
+    rate = setting.work_losing_rate
+    if rate <= 0.0:
+        return ADAPTIVE_MAX
+    return daly_interval(setting.checkpoint_cost, 1.0 / rate)
+
+
+@dataclass(frozen=True)
+class PointResult:
+    setting: Setting
+    default: float
+    best: float
+    best_tau: float
+    best_at_edge: bool
+    closed: float
+    closed_tau: float
+    adaptive: float
+    adaptive_mean: float
+    adaptive_taus: tuple[float, float]  # median interval of the first and of the last attempts
+    diff_se: float  # standard error of the paired (adaptive - best) goodput difference
+
+
+def run_point(
+    setting: Setting, replications: int, seed: int, prior: RateEstimate = SPOT_PRIOR
+) -> PointResult:
+    centre = closed_form_interval(setting)
+    low, high = -16, 16  # the grid spans centre * 2^(k/8): a quarter to four times Daly's interval
+    while True:
+        grid = centre * 2.0 ** (np.arange(low, high + 1) / 8.0)
+        res = _run_point_on_grid(setting, replications, seed, grid, centre, prior)
+        # An optimum on the edge of the grid may lie beyond it: widen that side and run again.
+        if res.best_tau == grid[0] and low > -48:
+            low -= 16
+        elif res.best_tau == grid[-1] and high < 48:
+            high += 16
+        else:
+            return res
+
+
+def _run_point_on_grid(
+    setting: Setting, replications: int, seed: int, grid: np.ndarray, centre: float, prior: RateEstimate
+) -> PointResult:
+    expected_attempts = setting.work_seconds / setting.mtbf if setting.process != "none" else 1.0
+    attempts = int(3 * expected_attempts) + 100
+    fixed = np.concatenate([grid, [DEFAULT_INTERVAL, centre]])
+    n_fixed = len(fixed)
+    # Lanes: every (replication, fixed interval), then the adaptive lanes, then the adapt-mean lanes.
+    reps = np.arange(replications)
+    lane_rep = np.concatenate([np.repeat(reps, n_fixed), reps, reps])
+    fixed_tau = np.concatenate([np.tile(fixed, replications), np.full(2 * replications, np.nan)])
+    first_policy = n_fixed * replications
+    adaptive = adaptive_policy(setting)
+    mean_policy = posterior_mean_policy(setting)
+    policies: dict[int, Policy] = {first_policy + i: adaptive for i in range(replications)}
+    policies |= {first_policy + replications + i: mean_policy for i in range(replications)}
+    while True:
+        # Every policy runs on the same environment; if a poor one needs more attempts than were
+        # drawn, all of them run again on a longer one.
+        env = make_environment(setting, replications, seed, attempts)
+        try:
+            out = simulate(setting, env, lane_rep, fixed_tau, policies, prior)
+            break
+        except OutOfAttempts:
+            attempts *= 2
+    per_fixed = out.goodput[:first_policy].reshape(replications, n_fixed)
+    means = per_fixed.mean(axis=0)
+    best_index = int(np.argmax(means[: len(grid)]))
+    adaptive_runs = out.goodput[first_policy : first_policy + replications]
+    mean_runs = out.goodput[first_policy + replications :]
+    diff = adaptive_runs - per_fixed[:, best_index]
+    first_taus = [out.taus[first_policy + i][0] for i in range(replications)]
+    last_taus = [out.taus[first_policy + i][-1] for i in range(replications)]
+    return PointResult(
+        setting=setting,
+        default=float(means[len(grid)]),
+        best=float(means[best_index]),
+        best_tau=float(grid[best_index]),
+        best_at_edge=best_index in (0, len(grid) - 1),
+        closed=float(means[len(grid) + 1]),
+        closed_tau=centre,
+        adaptive=float(adaptive_runs.mean()),
+        adaptive_mean=float(mean_runs.mean()),
+        adaptive_taus=(float(np.median(first_taus)), float(np.median(last_taus))),
+        diff_se=float(diff.std(ddof=1) / math.sqrt(replications)) if replications > 1 else float("nan"),
+    )
+
+
+def grid_settings(quick: bool, args: argparse.Namespace) -> list[Setting]:
+    if quick:
+        processes = ["poisson", "weibull0.7", "weibull1.5", "bursty"]
+        mtbfs = [1.0, 8.0]
+        costs = [30.0, 300.0]
+        successes = [0.0, 0.9]
+    else:
+        processes = ["poisson", "weibull0.7", "weibull1.5", "bursty"]
+        mtbfs = [1.0, 3.0, 10.0, 30.0]
+        costs = [10.0, 60.0, 300.0, 900.0]
+        successes = [0.0, 0.5, 0.9]
+    return [
+        Setting(
+            process=p,
+            mtbf=m * HOUR,
+            checkpoint_cost=c,
+            save_success=s,
+            write_seconds=args.write_factor * c,
+            restart_cost=args.restart,
+            stockout_prob=args.stockout_prob,
+            stockout_mean=args.stockout_mean,
+            work_seconds=args.work_hours * HOUR,
+        )
+        for p in processes
+        for m in mtbfs
+        for c in costs
+        for s in successes
+    ]
+
+
+def _row_key(s: Setting) -> str:
+    return f"{s.process} {s.mtbf / HOUR:g}h {s.checkpoint_cost:.0f}s {s.save_success:.1f}"
+
+
+def _fmt_tau(seconds: float) -> str:
+    if seconds >= 2 * HOUR:
+        return f"{seconds / HOUR:.1f}h"
+    if seconds >= 120:
+        return f"{seconds / 60:.0f}m"
+    return f"{seconds:.0f}s"
+
+
+def _print_row(res: PointResult) -> None:
+    s = res.setting
+    print(
+        f"{s.process:<11}{s.mtbf / HOUR:>4g}h{s.checkpoint_cost:>4.0f}s{s.save_success:>5.1f} | "
+        f"{res.default:7.4f} {res.best:6.4f}{_fmt_tau(res.best_tau):>6}{'*' if res.best_at_edge else ' '}"
+        f"{res.closed:6.4f}{_fmt_tau(res.closed_tau):>6} {res.adaptive:6.4f} {res.adaptive_mean:10.4f} | "
+        f"{100 * res.adaptive / res.best:6.2f}% {100 * res.diff_se / res.best:4.2f} "
+        f"{100 * res.default / res.best:7.2f}% | "
+        f"{_fmt_tau(res.adaptive_taus[0]):>9} -> {_fmt_tau(res.adaptive_taus[1]):<9}",
+        flush=True,
+    )
+
+
+def _run_point_star(args: tuple[Setting, int, int, RateEstimate]) -> PointResult:
+    return run_point(*args)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="a small grid with fewer replications")
+    parser.add_argument("--replications", type=int, default=None, help="default 24 quick, 40 full")
+    parser.add_argument("--seed", type=int, default=20261123)
+    parser.add_argument("--work-hours", type=float, default=200.0)
+    parser.add_argument("--restart", type=float, default=300.0, help="R, seconds (start-up + restore)")
+    parser.add_argument("--write-factor", type=float, default=2.0, help="W = this x C")
+    parser.add_argument("--stockout-prob", type=float, default=0.3)
+    parser.add_argument("--stockout-mean", type=float, default=900.0)
+    parser.add_argument("--prior-alpha", type=float, default=SPOT_PRIOR.alpha, help="adaptive prior weight")
+    parser.add_argument(
+        "--prior-mtbf-hours", type=float, default=SPOT_PRIOR.mtbf / HOUR, help="adaptive prior mean MTBF"
+    )
+    parser.add_argument("--jobs", type=int, default=1, help="worker processes (grid points run in parallel)")
+    parser.add_argument("--only", default="", help="run only the settings whose row starts with this")
+    args = parser.parse_args()
+    prior = RateEstimate(alpha=args.prior_alpha, beta=args.prior_alpha * args.prior_mtbf_hours * HOUR)
+    replications = args.replications or (24 if args.quick else 40)
+    # Each setting keeps its seed (its place in the whole grid) when --only picks a few.
+    settings = [
+        (i, s) for i, s in enumerate(grid_settings(args.quick, args)) if _row_key(s).startswith(args.only)
+    ]
+    print(
+        f"{len(settings)} settings, {replications} replications each, {args.work_hours:.0f} h of work, "
+        f"R={args.restart:.0f}s, W={args.write_factor:g}xC, stockout p={args.stockout_prob} "
+        f"mean={args.stockout_mean:.0f}s, default interval {_fmt_tau(DEFAULT_INTERVAL)}, seed {args.seed}, "
+        f"prior Gamma({prior.alpha:g}, {prior.beta / HOUR:g} h) (mean MTBF {prior.mtbf / HOUR:g} h)"
+    )
+    header = (
+        f"{'process':<11}{'M':>5}{'C':>5}{'save':>5} | {'default':>7} {'best':>6}{'@tau':>6} "
+        f"{'closed':>6}{'@tau':>6} {'adapt':>6} {'adapt-mean':>10} | {'ad/best':>7} {'±se':>5} "
+        f"{'def/best':>8} | {'adapt tau first->last':>21}"
+    )
+    print(header)
+    print("-" * len(header))
+    started = time.perf_counter()
+    results: list[PointResult] = []
+    work = [(setting, replications, args.seed + index, prior) for index, setting in settings]
+    with ProcessPoolExecutor(max_workers=args.jobs) if args.jobs > 1 else nullcontext() as pool:
+        # In grid order whatever the number of workers; every point has its own seed.
+        points = pool.map(_run_point_star, work) if pool else map(_run_point_star, work)
+        for res in points:
+            results.append(res)
+            _print_row(res)
+    elapsed = time.perf_counter() - started
+    worst = min(results, key=lambda r: r.adaptive / r.best)
+    worst_mean = min(results, key=lambda r: r.adaptive_mean / r.best)
+    worst_default = min(results, key=lambda r: r.default / r.best)
+    worst_closed = min(results, key=lambda r: r.closed / r.best)
+
+    def where(r: PointResult) -> str:
+        s = r.setting
+        return f"{s.process} M={s.mtbf / HOUR:g}h C={s.checkpoint_cost:.0f}s save={s.save_success:.1f}"
+
+    print()
+    print(
+        f"worst adaptive/best: {100 * worst.adaptive / worst.best:.2f}% at {where(worst)} "
+        f"(paired se {100 * worst.diff_se / worst.best:.2f} points)"
+    )
+    print(
+        f"worst adapt-mean/best: {100 * worst_mean.adaptive_mean / worst_mean.best:.2f}% at {where(worst_mean)}"
+    )
+    print(f"worst closed/best: {100 * worst_closed.closed / worst_closed.best:.2f}% at {where(worst_closed)}")
+    print(
+        f"worst default(30m)/best: {100 * worst_default.default / worst_default.best:.2f}% at {where(worst_default)}"
+    )
+    below = [r for r in results if r.default / r.best < 0.98]
+    print(f"default below 98% of best at {len(below)} of {len(results)} points:")
+    for r in sorted(below, key=lambda r: r.default / r.best)[:12]:
+        print(f"  {100 * r.default / r.best:6.2f}%  {where(r)} (best interval {_fmt_tau(r.best_tau)})")
+    met = all(r.adaptive >= 0.98 * r.best for r in results)
+    print(f"goal adaptive >= 98% of best on every point: {'MET' if met else 'NOT MET'}; {elapsed:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,520 @@
+"""How often an attempt should checkpoint: learn the rate of work-losing endings, pick the interval.
+
+Pure: no I/O, no clock, stdlib only. The controller keeps a `RateBook` in the state store, feeds
+it every attempt ending it sees (`observe`), and before each new attempt asks `choose_interval`
+for the seconds of training between two checkpoints (passed as RELAUNCH_CHECKPOINT_INTERVAL_SECONDS).
+
+What the interval trades off
+----------------------------
+Checkpointing every tau seconds of training costs C/tau of the time in stalls; a failure that loses
+work throws away, on average, about half an interval. With M the mean time between *work-losing*
+endings, the waste C/tau + tau/(2M) is smallest at Young's tau = sqrt(2CM); Daly's higher-order
+form corrects it when C is not small next to M.
+
+What C is. The trainer saves in two phases: a blocking stall (state copied out of the training
+loop) and then an asynchronous write to GCS that ends with the commit. Only the stall stops
+training, so C here is the *blocking stall* alone. The full write time W matters only when a
+failure lands between the stall and the commit: then the previous checkpoint is the newest one and
+about W more seconds are lost. That is a fixed extra loss per failure whatever tau is (the window
+is W long in every interval), so to first order it changes the expected waste but not the
+interval that minimises it (the exact model below keeps its small second-order effect). W does
+set a floor: an interval shorter than W would start a new save before the
+last one committed, so `choose_interval` never returns less than W.
+
+What M counts. Only endings that lose work: an announced reclaim whose emergency save committed
+loses (almost) nothing and is not a failure here, although it ends the attempt. `EndingKind`
+names each kind and `loses_work` says which count.
+
+The estimate
+------------
+Per capacity class, work-losing endings are taken to arrive as a Poisson process with unknown
+rate lambda per second of exposure (seconds of training: from the first step after the restore to
+the ending). The conjugate prior is Gamma(alpha, beta) (shape, rate): after n endings in T seconds
+of exposure the posterior is Gamma(alpha + n, beta + T). The prior reads as "alpha endings seen in
+beta seconds". Saved reclaims are counted too (their rate mu lengthens the interval, see below).
+
+The choice
+----------
+`choose_interval` uses the exact renewal model under exponential endings (the model Daly's formula
+approximates), extended with the endings that lose nothing: a saved reclaim restarts the attempt,
+and with it the interval clock, for free, so where most reclaims are saved the best interval is
+longer than Daly's. It minimises the posterior-expected time per unit of work (details above
+`work_rate`), then applies the write-time floor and the user's min/max.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from enum import Enum
+from statistics import NormalDist
+from typing import Any
+
+HOUR = 3600.0
+DAY = 24 * HOUR
+
+
+class EndingKind(str, Enum):
+    """How an attempt ended, as far as checkpointed work is concerned."""
+
+    # Announced reclaim (SIGTERM) and the emergency checkpoint committed: nothing is lost.
+    RECLAIM_SAVED = "reclaim_saved"
+    # Announced reclaim, but the emergency checkpoint did not commit (SIGKILL before the save
+    # finished, grace too short): everything since the last committed checkpoint is lost.
+    RECLAIM_UNSAVED = "reclaim_unsaved"
+    # No notice at all: SIGKILL, a replica crashed, a node was lost.
+    KILLED = "killed"
+    CRASHED = "crashed"
+    NODE_LOST = "node_lost"
+    # Ended (any way) before training resumed after the restore: there was no work to lose, and
+    # no training time to count. Observe it with exposure 0; it changes nothing.
+    BEFORE_TRAINING = "before_training"
+    # Endings that say nothing about the capacity's reliability. Their exposure still counts: the
+    # attempt trained that long without a work-losing ending.
+    SUCCEEDED = "succeeded"
+    CANCELLED = "cancelled"
+    USER_ERROR = "user_error"
+
+
+_WORK_LOSING = frozenset(
+    {EndingKind.RECLAIM_UNSAVED, EndingKind.KILLED, EndingKind.CRASHED, EndingKind.NODE_LOST}
+)
+
+
+def loses_work(kind: EndingKind) -> bool:
+    """True for endings that throw away the work done since the last committed checkpoint."""
+    return kind in _WORK_LOSING
+
+
+# --- closed forms -------------------------------------------------------------------------------
+
+
+def young_interval(checkpoint_cost: float, mtbf: float) -> float:
+    """Young's first-order optimum tau = sqrt(2 C M), good when C << M.
+
+    J. W. Young, "A first order approximation to the optimum checkpoint interval", Communications
+    of the ACM 17(9):530-531, 1974.
+    """
+    _check_positive(checkpoint_cost=checkpoint_cost, mtbf=mtbf)
+    return math.sqrt(2.0 * checkpoint_cost * mtbf)
+
+
+def daly_interval(checkpoint_cost: float, mtbf: float) -> float:
+    """Daly's higher-order optimum (compute time between checkpoints, C and restart excluded).
+
+    J. T. Daly, "A higher order estimate of the optimum checkpoint interval for restart dumps",
+    Future Generation Computer Systems 22(3):303-312, 2006, doi:10.1016/j.future.2004.11.016:
+        tau = sqrt(2 C M) * [1 + (1/3) sqrt(C / (2M)) + (1/9) (C / (2M))] - C   for C < 2M
+        tau = M                                                               for C >= 2M
+    Past C = 2M checkpointing barely pays at all; Daly's paper gives M there, and so do we.
+    """
+    _check_positive(checkpoint_cost=checkpoint_cost, mtbf=mtbf)
+    if checkpoint_cost >= 2.0 * mtbf:
+        return mtbf
+    ratio = checkpoint_cost / (2.0 * mtbf)
+    return math.sqrt(2.0 * checkpoint_cost * mtbf) * (1.0 + math.sqrt(ratio) / 3.0 + ratio / 9.0) - (
+        checkpoint_cost
+    )
+
+
+def _check_positive(**values: float) -> None:
+    for name, value in values.items():
+        if not (value > 0.0 and math.isfinite(value)):
+            raise ValueError(f"{name} must be positive and finite (got {value})")
+
+
+# --- capacity classes and the estimate ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CapacityClass:
+    """Attempts that share these draw on the same pool of machines and see the same reclaim rate."""
+
+    region: str
+    machine_type: str
+    accelerator: str  # e.g. "NVIDIA_H100_80GB"; "" for CPU-only machines
+    scheduling_strategy: str  # Vertex Scheduling.Strategy name: "SPOT", "STANDARD", "FLEX_START"
+
+    def key(self) -> str:
+        """A stable string key (for dicts kept as JSON)."""
+        return "/".join((self.region, self.machine_type, self.accelerator, self.scheduling_strategy))
+
+    def to_dict(self) -> dict[str, str]:
+        return {
+            "region": self.region,
+            "machine_type": self.machine_type,
+            "accelerator": self.accelerator,
+            "scheduling_strategy": self.scheduling_strategy,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CapacityClass:
+        return cls(
+            region=str(data["region"]),
+            machine_type=str(data["machine_type"]),
+            accelerator=str(data["accelerator"]),
+            scheduling_strategy=str(data["scheduling_strategy"]),
+        )
+
+
+@dataclass(frozen=True)
+class RateEstimate:
+    """What is known about how attempts in one capacity class end, per second of exposure.
+
+    - Work-losing endings: Gamma(alpha, beta) posterior of their rate lambda.
+    - Saved reclaims (announced, emergency save committed): their rate mu, estimated as
+      `saved_reclaims / beta`, i.e. a Gamma(0 + n, beta) posterior with no prior weight, which
+      starts at "never happens": until seen, no credit is taken for them (the safe side, since
+      they can only lengthen the interval).
+    `endings`, `saved_reclaims` and `exposure_seconds` are what was observed on top of the prior.
+    """
+
+    alpha: float
+    beta: float  # seconds
+    endings: int = 0
+    exposure_seconds: float = 0.0
+    saved_reclaims: int = 0
+
+    def __post_init__(self) -> None:
+        _check_positive(alpha=self.alpha, beta=self.beta)
+        if self.endings < 0 or self.exposure_seconds < 0.0 or self.saved_reclaims < 0:
+            raise ValueError("observations cannot be negative")
+
+    @property
+    def mean_rate(self) -> float:
+        """Posterior mean of lambda (work-losing endings per second)."""
+        return self.alpha / self.beta
+
+    @property
+    def saved_rate(self) -> float:
+        """Posterior mean of mu (saved reclaims per second)."""
+        return self.saved_reclaims / self.beta
+
+    @property
+    def mtbf(self) -> float:
+        """1 / posterior mean rate: the mean time between work-losing endings the estimate implies."""
+        return self.beta / self.alpha
+
+    def update(
+        self, work_losing_endings: int, exposure_seconds: float, saved_reclaims: int = 0
+    ) -> RateEstimate:
+        """Conjugate update: n endings in T seconds turn Gamma(a, b) into Gamma(a + n, b + T)."""
+        if (
+            work_losing_endings < 0
+            or saved_reclaims < 0
+            or not (exposure_seconds >= 0.0 and math.isfinite(exposure_seconds))
+        ):
+            raise ValueError(
+                "need endings >= 0 and finite exposure >= 0 "
+                f"(got {work_losing_endings}, {saved_reclaims}, {exposure_seconds})"
+            )
+        return RateEstimate(
+            alpha=self.alpha + work_losing_endings,
+            beta=self.beta + exposure_seconds,
+            endings=self.endings + work_losing_endings,
+            exposure_seconds=self.exposure_seconds + exposure_seconds,
+            saved_reclaims=self.saved_reclaims + saved_reclaims,
+        )
+
+    def observe(self, kind: EndingKind, exposure_seconds: float) -> RateEstimate:
+        """Fold in one attempt: how it ended and how long it trained.
+
+        Exposure is training time: from the first step after the restore to the ending. The model
+        behind `choose_interval` counts rates per second of training, and charges the restart
+        separately (an ending during start-up or restore loses no work whatever the interval).
+        """
+        return self.update(
+            1 if loses_work(kind) else 0,
+            exposure_seconds,
+            saved_reclaims=1 if kind is EndingKind.RECLAIM_SAVED else 0,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "alpha": self.alpha,
+            "beta": self.beta,
+            "endings": self.endings,
+            "exposure_seconds": self.exposure_seconds,
+            "saved_reclaims": self.saved_reclaims,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RateEstimate:
+        return cls(
+            alpha=float(data["alpha"]),
+            beta=float(data["beta"]),
+            endings=int(data.get("endings", 0)),
+            exposure_seconds=float(data.get("exposure_seconds", 0.0)),
+            saved_reclaims=int(data.get("saved_reclaims", 0)),
+        )
+
+
+# Priors: Gamma(1/2, M0/2): mean rate 1/M0, weight half a work-losing ending, i.e. a vague prior
+# that a single real ending, or a few M0 of training without one, outweighs.
+#
+# Why optimistic rather than pessimistic. A new capacity class's first attempt runs at the prior's
+# interval until it ends, and the costs of the two kinds of error are far apart:
+#   - prior too pessimistic (interval too short): the extra stalls are paid for the whole first
+#     attempt, and when work-losing endings are rare that attempt is long (tens of hours);
+#   - prior too optimistic (interval too long): the loss is bounded by the work since the start of
+#     the attempt, and only until the first work-losing ending, which then moves the estimate at
+#     once (the prior weighs half an ending).
+# In bench/goodput_sim.py a pessimistic Gamma(1, 4 h) cost up to 4 % of goodput where work-losing
+# endings are rare (30 h between reclaims, 90 % of emergency saves committed, C = 900 s), while
+# Gamma(1/2, M0 = 24 h) costs at most about 0.6 % where they are frequent (1 h, C = 900 s).
+# Spot: M0 = 24 h of training between work-losing endings, optimistic on purpose (a reclaim every
+# few hours with most emergency saves committing gives about this; whether they commit within
+# Vertex's grace is unknown, and the data settle it after the first few endings). Standard and Flex-start capacity is not reclaimed; what remains
+# is crashes, node loss and host events: M0 = 7 days.
+SPOT_PRIOR = RateEstimate(alpha=0.5, beta=0.5 * DAY)
+NON_PREEMPTIBLE_PRIOR = RateEstimate(alpha=0.5, beta=3.5 * DAY)
+
+
+def prior_for(capacity: CapacityClass) -> RateEstimate:
+    return SPOT_PRIOR if capacity.scheduling_strategy.upper() == "SPOT" else NON_PREEMPTIBLE_PRIOR
+
+
+@dataclass(frozen=True)
+class RateBook:
+    """One estimate per capacity class; classes never observed read as their prior."""
+
+    estimates: tuple[tuple[CapacityClass, RateEstimate], ...] = ()
+
+    def estimate(self, capacity: CapacityClass) -> RateEstimate:
+        for known, estimate in self.estimates:
+            if known == capacity:
+                return estimate
+        return prior_for(capacity)
+
+    def observe(self, capacity: CapacityClass, kind: EndingKind, exposure_seconds: float) -> RateBook:
+        updated = self.estimate(capacity).observe(kind, exposure_seconds)
+        others = tuple((c, e) for c, e in self.estimates if c != capacity)
+        return replace(self, estimates=(*others, (capacity, updated)))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "classes": [
+                {"capacity": capacity.to_dict(), "estimate": estimate.to_dict()}
+                for capacity, estimate in self.estimates
+            ]
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RateBook:
+        return cls(
+            estimates=tuple(
+                (CapacityClass.from_dict(row["capacity"]), RateEstimate.from_dict(row["estimate"]))
+                for row in data.get("classes", [])
+            )
+        )
+
+
+# --- the choice ---------------------------------------------------------------------------------
+#
+# The model. Within an attempt, training alternates tau seconds of work with a C-second stall;
+# the checkpoint taken at a stall commits W seconds after it. The attempt ends at rate
+# nu = lambda + mu: at rate lambda with a work-losing ending (back to the newest committed
+# checkpoint), at rate mu with a reclaim whose emergency save commits (nothing lost). Either way the
+# next attempt starts from a committed state, so attempts are independent renewals, and each one
+# costs R seconds of restart (and a stockout wait, which does not depend on tau and is left out).
+# With L ~ Exp(nu) the attempt's working time and a = tau + C, the work an attempt keeps is
+#     saved ending:       L minus the stalls inside [0, L];     E = (1/nu) (1 - e^-(nu tau)) / (1 - e^-(nu a))
+#     work-losing ending: tau per checkpoint committed by L;    E = tau e^-(nu (a + W)) / (1 - e^-(nu a))
+# (sums of geometric series over the stalls), so the work kept per second on the machines is
+#     rate(tau) = [ (mu/nu) (1 - e^-(nu tau)) + lambda tau e^-(nu (a + W)) ] / ((1 - e^-(nu a)) (1 + nu R)).
+# With mu = 0 this is exactly the renewal model behind Daly's formula (its optimum is Daly's tau to
+# higher order). With mu > 0 the optimum is longer than Daly's for lambda alone: an attempt that
+# ends with a saved reclaim restarts the clock for free, so fewer periodic checkpoints pay off
+# (bench/goodput_sim.py shows Daly's tau losing up to ~2 % there).
+#
+# Uncertainty. What a job cares about is its completion time, i.e. the time per second of work,
+# 1 / rate. We minimise its posterior expectation: 1 / rate is averaged over lambda's Gamma
+# posterior on QUADRATURE_NODES equal-probability quantiles (Wilson-Hilferty approximation of the
+# Gamma quantile: good for shape >= 1, rough below, i.e. for the prior alone); mu is taken at its posterior
+# mean. Rates higher than believed cost more than lower ones save, so while the posterior is wide
+# the choice leans towards intervals that stay good if the rate turns out high; once it is
+# narrow this is the plug-in optimum. In the goodput simulator this and the plug-in choice at the
+# posterior-mean rate (nodes=1) are within noise of each other (a few hundredths of a percent of
+# goodput); the prior mattered far more (see the priors above).
+
+QUADRATURE_NODES = 5
+
+
+def work_rate(
+    tau: float,
+    checkpoint_cost: float,
+    lost_rate: float,
+    saved_rate: float,
+    *,
+    restart_cost: float = 0.0,
+    write_seconds: float = 0.0,
+) -> float:
+    """Expected seconds of work kept per second on the machines (the model above)."""
+    nu = lost_rate + saved_rate
+    a = tau + checkpoint_cost
+    if nu <= 0.0:
+        return tau / a
+    denominator = -math.expm1(-nu * a) * (1.0 + nu * restart_cost)
+    saved = (saved_rate / nu) * -math.expm1(-nu * tau)
+    lost = lost_rate * tau * math.exp(-nu * (a + write_seconds))
+    return (saved + lost) / denominator
+
+
+def _gamma_quantiles(alpha: float, beta: float, nodes: int) -> list[float]:
+    normal = NormalDist()
+    out = []
+    for i in range(nodes):
+        z = normal.inv_cdf((i + 0.5) / nodes)
+        cube = 1.0 - 1.0 / (9.0 * alpha) + z / (3.0 * math.sqrt(alpha))
+        out.append(alpha * max(cube, 0.0) ** 3 / beta)
+    return out
+
+
+def _expected_time_per_work(
+    tau: float, cost: float, lost_rates: list[float], saved_rate: float, restart: float, write: float
+) -> float:
+    """Posterior-expected seconds on the machines per second of work kept (1 / work_rate, averaged)."""
+    total = 0.0
+    for lam in lost_rates:
+        rate = work_rate(tau, cost, lam, saved_rate, restart_cost=restart, write_seconds=write)
+        total += 1.0 / max(rate, 1e-300)
+    return total / len(lost_rates)
+
+
+_SEARCH_LOW, _SEARCH_HIGH = 1.0, 30 * DAY
+
+
+def best_interval(
+    estimate: RateEstimate,
+    checkpoint_cost: float,
+    *,
+    restart_cost: float = 0.0,
+    write_seconds: float = 0.0,
+    nodes: int = QUADRATURE_NODES,
+) -> float:
+    """The interval (seconds of work) minimising the posterior-expected time per unit of work, unclamped.
+
+    `nodes=1` uses the posterior-mean rate alone. Searched between 1 s and 30 days.
+    """
+    _check_positive(checkpoint_cost=checkpoint_cost)
+    if restart_cost < 0.0 or write_seconds < 0.0:
+        raise ValueError("restart_cost and write_seconds cannot be negative")
+    if nodes < 1:
+        raise ValueError("nodes must be at least 1")
+    lost_rates = (
+        [estimate.mean_rate] if nodes == 1 else _gamma_quantiles(estimate.alpha, estimate.beta, nodes)
+    )
+    saved_rate = estimate.saved_rate
+
+    def objective(log_tau: float, rates: list[float] = lost_rates) -> float:
+        # Maximised, hence the sign: the expected time to get one second of work done.
+        return -_expected_time_per_work(
+            math.exp(log_tau), checkpoint_cost, rates, saved_rate, restart_cost, write_seconds
+        )
+
+    # Coarse scan with the posterior-mean rate (cheap), then golden-section refinement of the full
+    # objective within two grid steps either side: averaging over the posterior moves the optimum
+    # by far less than that (a factor of about 1.4 at the widest posterior).
+    low, high = math.log(_SEARCH_LOW), math.log(_SEARCH_HIGH)
+    steps = 12  # a factor of about 3.4 between grid points
+    grid = [low + (high - low) * i / steps for i in range(steps + 1)]
+    values = [objective(x, [estimate.mean_rate]) for x in grid]
+    best = max(range(len(grid)), key=lambda i: values[i])
+    left, right = grid[max(best - 2, 0)], grid[min(best + 2, steps)]
+    ratio = (math.sqrt(5.0) - 1.0) / 2.0
+    x1, x2 = right - ratio * (right - left), left + ratio * (right - left)
+    f1, f2 = objective(x1), objective(x2)
+    while right - left > 2e-3:  # 0.2 % of tau: far below what changes goodput
+        if f1 < f2:
+            left, x1, f1 = x1, x2, f2
+            x2 = left + ratio * (right - left)
+            f2 = objective(x2)
+        else:
+            right, x2, f2 = x2, x1, f1
+            x1 = right - ratio * (right - left)
+            f1 = objective(x1)
+    return math.exp(0.5 * (left + right))
+
+
+@dataclass(frozen=True)
+class IntervalChoice:
+    seconds: float
+    unclamped_seconds: float
+    clamped_by: str | None  # "min", "max", "write_time" or None
+
+
+def choose_interval_detail(
+    estimate: RateEstimate,
+    checkpoint_cost: float,
+    min_s: float,
+    max_s: float,
+    *,
+    restart_cost: float = 0.0,
+    write_seconds: float = 0.0,
+) -> IntervalChoice:
+    """`choose_interval`, also saying what bound (if any) decided."""
+    if not (0.0 < min_s <= max_s):
+        raise ValueError(f"need 0 < min_s <= max_s (got {min_s}, {max_s})")
+    if write_seconds < 0.0:
+        raise ValueError("write_seconds cannot be negative")
+    best = best_interval(estimate, checkpoint_cost, restart_cost=restart_cost, write_seconds=write_seconds)
+    seconds, clamped_by = best, None
+    if seconds < write_seconds:
+        seconds, clamped_by = write_seconds, "write_time"
+    if seconds > max_s:
+        seconds, clamped_by = max_s, "max"
+    if seconds < min_s:
+        seconds, clamped_by = min_s, "min"
+    return IntervalChoice(seconds=seconds, unclamped_seconds=best, clamped_by=clamped_by)
+
+
+def choose_interval(
+    estimate: RateEstimate,
+    checkpoint_cost: float,
+    min_s: float,
+    max_s: float,
+    *,
+    restart_cost: float = 0.0,
+    write_seconds: float = 0.0,
+) -> float:
+    """Seconds of training between two checkpoints for the next attempt.
+
+    `checkpoint_cost` is the blocking stall of one save (C), as measured from commit markers;
+    `write_seconds` the full write time up to the commit, which floors the interval (and adds its
+    small second-order effect in the model); `restart_cost` the seconds from an attempt's start to
+    its first step (it weighs the rates against each other a little). The user's `min_s`/`max_s`
+    win over everything.
+    """
+    return choose_interval_detail(
+        estimate, checkpoint_cost, min_s, max_s, restart_cost=restart_cost, write_seconds=write_seconds
+    ).seconds
+
+
+def explain(estimate: RateEstimate, checkpoint_cost: float, choice: IntervalChoice) -> str:
+    """One line for `status` and `report`."""
+    basis = (
+        f"{estimate.endings} work-losing ending(s) and {estimate.saved_reclaims} saved reclaim(s) in "
+        f"{estimate.exposure_seconds / HOUR:.1f} h of training + prior"
+        if estimate.exposure_seconds > 0.0 or estimate.endings or estimate.saved_reclaims
+        else "prior only, nothing observed yet"
+    )
+    bound = {
+        None: "",
+        "min": " (raised to the configured minimum)",
+        "max": " (lowered to the configured maximum)",
+        "write_time": " (raised to the checkpoint's full write time)",
+    }[choice.clamped_by]
+    return (
+        f"work-losing endings {estimate.mean_rate * HOUR:.3g}/h (MTBF {_duration(estimate.mtbf)}; {basis}); "
+        f"checkpoint stall C {_duration(checkpoint_cost)}; "
+        f"interval {_duration(choice.seconds)}{bound}; "
+        f"Young {_duration(young_interval(checkpoint_cost, estimate.mtbf))}"
+    )
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120.0:
+        return f"{seconds:.0f} s"
+    if seconds < 2 * HOUR:
+        return f"{seconds / 60.0:.1f} min"
+    return f"{seconds / HOUR:.1f} h"

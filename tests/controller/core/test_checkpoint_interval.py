@@ -1,0 +1,319 @@
+"""The checkpoint-interval core: closed forms, the rate estimate, the choice and its explanation."""
+
+import json
+import math
+
+import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
+from controller.core.checkpoint_interval import (
+    HOUR,
+    NON_PREEMPTIBLE_PRIOR,
+    SPOT_PRIOR,
+    CapacityClass,
+    EndingKind,
+    RateBook,
+    RateEstimate,
+    best_interval,
+    choose_interval,
+    choose_interval_detail,
+    daly_interval,
+    explain,
+    loses_work,
+    prior_for,
+    work_rate,
+    young_interval,
+)
+
+SPOT_H100 = CapacityClass("us-central1", "a3-highgpu-8g", "NVIDIA_H100_80GB", "SPOT")
+STANDARD_H100 = CapacityClass("us-central1", "a3-highgpu-8g", "NVIDIA_H100_80GB", "STANDARD")
+
+
+def known_rate(mtbf: float) -> RateEstimate:
+    """A posterior so narrow that it is, in effect, the rate 1/mtbf known exactly."""
+    return RateEstimate(alpha=1e9, beta=1e9 * mtbf)
+
+
+# --- closed forms ---------------------------------------------------------------------------------
+
+
+def test_young_is_sqrt_of_twice_cost_times_mtbf():
+    # 2 * 300 s * 86400 s = 51 840 000 = 7200^2
+    assert young_interval(300.0, 86400.0) == pytest.approx(7200.0)
+    assert young_interval(8.0, 1.0) == pytest.approx(4.0)
+
+
+def test_daly_matches_its_published_expansion_and_approaches_young_when_cost_is_small():
+    c, m = 600.0, 3600.0  # C / 2M = 1/12
+    r = c / (2 * m)
+    expected = math.sqrt(2 * c * m) * (1 + math.sqrt(r) / 3 + r / 9) - c
+    assert daly_interval(c, m) == pytest.approx(expected)
+    assert daly_interval(1.0, 1e6) == pytest.approx(young_interval(1.0, 1e6), rel=2e-3)
+
+
+@pytest.mark.parametrize(("mtbf_hours", "minutes"), [(24.0, 117.0), (6.0, 57.0), (0.25, 9.1)])
+def test_daly_reproduces_the_optima_printed_in_his_paper(mtbf_hours, minutes):
+    # Daly (2006), figures 3-5: dump time 5 min, M = 24 h, 6 h and 15 min.
+    assert daly_interval(300.0, mtbf_hours * HOUR) / 60.0 == pytest.approx(
+        minutes, abs=0.5 if minutes > 10 else 0.05
+    )
+
+
+def test_daly_is_the_mtbf_once_the_cost_reaches_twice_the_mtbf():
+    assert daly_interval(7200.0, 3600.0) == 3600.0
+    assert daly_interval(10_000.0, 3600.0) == 3600.0
+
+
+@pytest.mark.parametrize(
+    ("cost", "mtbf"), [(10.0, 3600.0), (60.0, 3600.0), (600.0, 3600.0), (600.0, 36000.0)]
+)
+def test_daly_is_within_a_percent_of_the_exact_renewal_optimum_when_nothing_is_saved(cost, mtbf):
+    assert best_interval(known_rate(mtbf), cost) == pytest.approx(daly_interval(cost, mtbf), rel=0.01)
+
+
+@pytest.mark.parametrize("bad", [0.0, -1.0, math.inf, math.nan])
+def test_closed_forms_reject_non_positive_or_infinite_inputs(bad):
+    with pytest.raises(ValueError):
+        young_interval(bad, 3600.0)
+    with pytest.raises(ValueError):
+        daly_interval(60.0, bad)
+
+
+# --- what loses work ------------------------------------------------------------------------------
+
+
+def test_only_endings_without_a_committed_save_lose_work():
+    losing = {kind for kind in EndingKind if loses_work(kind)}
+    assert losing == {
+        EndingKind.RECLAIM_UNSAVED,
+        EndingKind.KILLED,
+        EndingKind.CRASHED,
+        EndingKind.NODE_LOST,
+    }
+
+
+# --- the estimate ---------------------------------------------------------------------------------
+
+
+def test_conjugate_update_adds_endings_to_shape_and_exposure_to_rate():
+    prior = RateEstimate(alpha=1.0, beta=4 * HOUR)
+    post = prior.update(3, 10 * HOUR, saved_reclaims=5)
+    assert (post.alpha, post.beta) == (4.0, 14 * HOUR)
+    assert (post.endings, post.exposure_seconds, post.saved_reclaims) == (3, 10 * HOUR, 5)
+    assert post.mean_rate == pytest.approx(4 / (14 * HOUR))
+    assert post.mtbf == pytest.approx(3.5 * HOUR)
+    assert post.saved_rate == pytest.approx(5 / (14 * HOUR))
+
+
+def test_observe_counts_each_kind_of_ending_where_it_belongs():
+    prior = SPOT_PRIOR
+    killed = prior.observe(EndingKind.KILLED, 1000.0)
+    assert (killed.alpha, killed.beta, killed.saved_reclaims) == (prior.alpha + 1, prior.beta + 1000.0, 0)
+    saved = prior.observe(EndingKind.RECLAIM_SAVED, 1000.0)
+    assert (saved.alpha, saved.beta, saved.saved_reclaims) == (prior.alpha, prior.beta + 1000.0, 1)
+    succeeded = prior.observe(EndingKind.SUCCEEDED, 1000.0)
+    assert (succeeded.alpha, succeeded.beta, succeeded.saved_reclaims) == (
+        prior.alpha,
+        prior.beta + 1000.0,
+        0,
+    )
+    before = prior.observe(EndingKind.BEFORE_TRAINING, 0.0)
+    assert (before.alpha, before.beta, before.saved_reclaims) == (prior.alpha, prior.beta, 0)
+
+
+@pytest.mark.parametrize(("endings", "exposure"), [(-1, 10.0), (0, -1.0), (0, math.inf), (0, math.nan)])
+def test_update_rejects_impossible_observations(endings, exposure):
+    with pytest.raises(ValueError):
+        SPOT_PRIOR.update(endings, exposure)
+
+
+def test_unobserved_classes_read_as_their_prior_and_spot_is_the_pessimistic_one():
+    book = RateBook()
+    assert book.estimate(SPOT_H100) == SPOT_PRIOR == prior_for(SPOT_H100)
+    assert book.estimate(STANDARD_H100) == NON_PREEMPTIBLE_PRIOR
+    assert SPOT_PRIOR.mtbf < NON_PREEMPTIBLE_PRIOR.mtbf
+    spot = choose_interval(book.estimate(SPOT_H100), 60.0, 60.0, 48 * HOUR)
+    standard = choose_interval(book.estimate(STANDARD_H100), 60.0, 60.0, 48 * HOUR)
+    assert spot < standard
+
+
+def test_rate_book_keeps_classes_apart():
+    book = RateBook().observe(SPOT_H100, EndingKind.KILLED, HOUR)
+    other = CapacityClass("europe-west4", "a3-highgpu-8g", "NVIDIA_H100_80GB", "SPOT")
+    assert book.estimate(SPOT_H100).endings == 1
+    assert book.estimate(other) == SPOT_PRIOR
+    book = book.observe(SPOT_H100, EndingKind.RECLAIM_SAVED, HOUR)
+    assert len(book.estimates) == 1
+    assert book.estimate(SPOT_H100).saved_reclaims == 1
+    assert book.estimate(SPOT_H100).exposure_seconds == 2 * HOUR
+
+
+def test_rate_book_round_trips_through_json():
+    book = (
+        RateBook()
+        .observe(SPOT_H100, EndingKind.KILLED, 5000.0)
+        .observe(SPOT_H100, EndingKind.RECLAIM_SAVED, 7000.5)
+        .observe(STANDARD_H100, EndingKind.SUCCEEDED, 86400.0)
+    )
+    assert RateBook.from_dict(json.loads(json.dumps(book.to_dict()))) == book
+    assert CapacityClass.from_dict(SPOT_H100.to_dict()) == SPOT_H100
+    assert SPOT_H100.key() == "us-central1/a3-highgpu-8g/NVIDIA_H100_80GB/SPOT"
+
+
+@given(
+    alpha=st.floats(0.1, 1e4),
+    beta=st.floats(1.0, 1e9),
+    endings=st.integers(0, 10_000),
+    exposure=st.floats(0.0, 1e9),
+    saved=st.integers(0, 10_000),
+)
+def test_estimate_round_trips_through_json(alpha, beta, endings, exposure, saved):
+    estimate = RateEstimate(alpha, beta, endings, exposure, saved)
+    assert RateEstimate.from_dict(json.loads(json.dumps(estimate.to_dict()))) == estimate
+
+
+# --- the model and the choice ---------------------------------------------------------------------
+
+
+def test_work_rate_without_endings_is_the_share_of_time_not_stalled():
+    assert work_rate(3600.0, 60.0, 0.0, 0.0) == pytest.approx(3600.0 / 3660.0)
+
+
+def test_work_rate_falls_below_the_no_failure_share_when_work_is_lost():
+    assert work_rate(3600.0, 60.0, 1 / 7200.0, 0.0) < 3600.0 / 3660.0
+
+
+def test_with_only_saved_reclaims_checkpointing_never_pays():
+    # Every ending saves its work: the longer the interval, the fewer stalls, the more work.
+    rates = [work_rate(tau, 60.0, 0.0, 1 / 3600.0, restart_cost=300.0) for tau in (600.0, 3600.0, 36000.0)]
+    assert rates == sorted(rates)
+    # A million hours of training, a million saved reclaims, no work-losing ending at all.
+    only_saved = RateEstimate(alpha=1.0, beta=1e6 * HOUR, saved_reclaims=1_000_000)
+    assert choose_interval(only_saved, 60.0, 60.0, 12 * HOUR) == 12 * HOUR
+
+
+def test_saved_reclaims_lengthen_the_interval():
+    lossy = known_rate(10 * HOUR)
+    with_saves = RateEstimate(alpha=lossy.alpha, beta=lossy.beta, saved_reclaims=int(9e9))  # mu = 9 lambda
+    plain = best_interval(lossy, 300.0)
+    assert best_interval(with_saves, 300.0) > 1.1 * plain
+
+
+def test_with_many_observations_the_choice_converges_to_daly_for_the_true_rate():
+    true_mtbf = 3 * HOUR
+    estimate = SPOT_PRIOR.update(2000, 2000 * true_mtbf)
+    assert choose_interval(estimate, 120.0, 1.0, 48 * HOUR) == pytest.approx(
+        daly_interval(120.0, true_mtbf), rel=0.02
+    )
+
+
+def test_zero_observations_choose_from_the_prior():
+    choice = choose_interval_detail(SPOT_PRIOR, 60.0, 60.0, 24 * HOUR)
+    assert choice.clamped_by is None
+    # Near Daly for the prior's mean MTBF, leaning a little to whatever stays good if the rate is
+    # higher or lower than the prior's mean.
+    assert choice.seconds == pytest.approx(daly_interval(60.0, SPOT_PRIOR.mtbf), rel=0.1)
+
+
+def test_clamped_to_the_configured_bounds_and_floored_by_the_write_time():
+    estimate = SPOT_PRIOR.update(50, 50 * HOUR)  # MTBF about an hour: unclamped ~ 10 min at C = 60 s
+    free = choose_interval_detail(estimate, 60.0, 1.0, 48 * HOUR)
+    assert free.clamped_by is None and 300.0 < free.seconds < 1200.0
+    raised = choose_interval_detail(estimate, 60.0, 1800.0, 48 * HOUR)
+    assert (raised.seconds, raised.clamped_by) == (1800.0, "min")
+    lowered = choose_interval_detail(estimate, 60.0, 1.0, 120.0)
+    assert (lowered.seconds, lowered.clamped_by) == (120.0, "max")
+    floored = choose_interval_detail(estimate, 60.0, 1.0, 48 * HOUR, write_seconds=1500.0)
+    assert (floored.seconds, floored.clamped_by) == (1500.0, "write_time")
+    assert free.unclamped_seconds == raised.unclamped_seconds == lowered.unclamped_seconds
+
+
+@pytest.mark.parametrize(("low", "high"), [(0.0, 10.0), (-5.0, 10.0), (100.0, 10.0)])
+def test_bounds_must_make_sense(low, high):
+    with pytest.raises(ValueError):
+        choose_interval(SPOT_PRIOR, 60.0, low, high)
+
+
+@given(
+    failures=st.integers(0, 200),
+    more=st.integers(1, 50),
+    exposure_hours=st.floats(1.0, 2000.0),
+    saved_per_hour=st.floats(0.0, 1.0),
+    cost=st.floats(1.0, 1800.0),
+)
+def test_more_work_losing_endings_never_lengthen_the_interval(
+    failures, more, exposure_hours, saved_per_hour, cost
+):
+    # At most one saved reclaim per hour of training: with far more, attempts end long before any
+    # interval does, every interval is as good as any other, and the optimum is not well defined.
+    saved = int(saved_per_hour * exposure_hours)
+    seen = SPOT_PRIOR.update(failures, exposure_hours * HOUR, saved_reclaims=saved)
+    worse = SPOT_PRIOR.update(failures + more, exposure_hours * HOUR, saved_reclaims=saved)
+    # Where a checkpoint costs less than the time between failures; beyond, the optimum hardly
+    # depends on anything (see the test on C >= 2M) and the search's tolerance decides.
+    assume(cost < worse.mtbf)
+    seen_tau = best_interval(seen, cost)
+    # Where the interval matters: shorter than an attempt lasts on average. Far beyond, attempts
+    # end before the interval does, all long intervals are as good, and the optimum is flat.
+    assume(seen_tau < 1.0 / (worse.mean_rate + worse.saved_rate))
+    # The search stops within 0.2 % of the optimum, hence the tolerance.
+    assert best_interval(worse, cost) <= seen_tau * (1 + 5e-3)
+
+
+@given(
+    failures=st.integers(0, 200),
+    exposure_hours=st.floats(1.0, 2000.0),
+    cost=st.floats(1.0, 900.0),
+    factor=st.floats(1.5, 4.0),
+)
+def test_a_costlier_checkpoint_is_taken_less_often(failures, exposure_hours, cost, factor):
+    estimate = SPOT_PRIOR.update(failures, exposure_hours * HOUR)
+    # Where checkpoints cost less than the mean time between failures. Beyond, the exact optimum
+    # stops depending on C (Daly: tau = M once C >= 2M): see the next test.
+    assume(cost * factor < estimate.mtbf)
+    assert best_interval(estimate, cost * factor) > best_interval(estimate, cost)
+
+
+def test_once_a_checkpoint_costs_more_than_two_mtbfs_the_interval_is_about_the_mtbf_whatever_it_costs():
+    mtbf = 600.0
+    intervals = [best_interval(known_rate(mtbf), cost) for cost in (1500.0, 3000.0, 6000.0)]
+    for tau in intervals:
+        assert tau == pytest.approx(daly_interval(3000.0, mtbf), rel=0.05)
+    assert max(intervals) < 1.05 * min(intervals)
+
+
+@given(
+    alpha=st.floats(0.5, 1e5),
+    mtbf_hours=st.floats(0.01, 1e4),
+    saved=st.integers(0, 10_000),
+    cost=st.floats(0.5, 7200.0),
+    low=st.floats(1.0, 7200.0),
+    span=st.floats(1.0, 1000.0),
+    restart=st.floats(0.0, 3600.0),
+    write=st.floats(0.0, 3600.0),
+)
+def test_the_choice_is_always_finite_and_within_the_bounds(
+    alpha, mtbf_hours, saved, cost, low, span, restart, write
+):
+    estimate = RateEstimate(alpha=alpha, beta=alpha * mtbf_hours * HOUR, saved_reclaims=saved)
+    seconds = choose_interval(estimate, cost, low, low * span, restart_cost=restart, write_seconds=write)
+    assert math.isfinite(seconds) and low <= seconds <= low * span
+
+
+# --- the explanation ------------------------------------------------------------------------------
+
+
+def test_explanation_names_the_estimate_its_basis_the_cost_and_the_interval():
+    estimate = SPOT_PRIOR.update(3, 12 * HOUR, saved_reclaims=4)
+    choice = choose_interval_detail(estimate, 45.0, 60.0, 24 * HOUR)
+    text = explain(estimate, 45.0, choice)
+    assert f"MTBF {estimate.mtbf / HOUR:.1f} h" in text
+    assert "3 work-losing ending(s) and 4 saved reclaim(s) in 12.0 h" in text
+    assert "C 45 s" in text
+    assert f"interval {choice.seconds / 60:.1f} min" in text
+    assert "prior only" in explain(
+        SPOT_PRIOR, 45.0, choose_interval_detail(SPOT_PRIOR, 45.0, 60.0, 24 * HOUR)
+    )
+    clamped = choose_interval_detail(estimate, 45.0, 3 * HOUR, 24 * HOUR)
+    assert "configured minimum" in explain(estimate, 45.0, clamped)
