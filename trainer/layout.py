@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any, NoReturn
 from datetime import UTC, datetime
 
 CHECKPOINT_FORMAT = "relaunch-checkpoint/v1"
@@ -125,7 +127,7 @@ def _safe_id(text: str) -> str:
     return _ID_UNSAFE_RE.sub("_", text)[:128]
 
 
-def vertex_job_id_from_env(env) -> str | None:
+def vertex_job_id_from_env(env: Mapping[str, str]) -> str | None:
     """The CustomJob id Vertex gives the replica, or None outside Vertex."""
     value = (env.get(VERTEX_JOB_ID_ENV) or "").strip()
     return _safe_id(value) if value else None
@@ -170,7 +172,7 @@ def replica_name(task_type: str | None, task_index: int | None, node_rank: int) 
     return f"node-{node_rank}"
 
 
-def list_replica_exit_paths(keys, attempt: int, vertex_job_id: str | None = None) -> list[str]:
+def list_replica_exit_paths(keys: Iterable[str], attempt: int, vertex_job_id: str | None = None) -> list[str]:
     """Of a listing of keys below the root, the per-replica exit records of one attempt's job."""
     folder = replica_exits_key(attempt, vertex_job_id) + "/"
     return sorted(
@@ -203,7 +205,7 @@ def utc_now_ms() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
-def _require(doc: dict, key: str, kind: type | tuple[type, ...]):
+def _require(doc: dict[str, Any], key: str, kind: type | tuple[type, ...]) -> Any:
     if key not in doc:
         raise LayoutError(f"missing field {key!r}")
     value = doc[key]
@@ -215,7 +217,7 @@ def _require(doc: dict, key: str, kind: type | tuple[type, ...]):
     return value
 
 
-def _load(text: str | bytes) -> dict:
+def _load(text: str | bytes) -> dict[str, Any]:
     try:
         doc = json.loads(text)
     except (ValueError, UnicodeDecodeError) as exc:
@@ -292,7 +294,7 @@ class CommitMarker:
         )
 
 
-def _optional_seconds(doc: dict, key: str) -> float | None:
+def _optional_seconds(doc: dict[str, Any], key: str) -> float | None:
     value = doc.get(key)
     if value is None:
         return None
@@ -301,7 +303,7 @@ def _optional_seconds(doc: dict, key: str) -> float | None:
     return float(value)
 
 
-def _optional(doc: dict, key: str, kind: type | tuple[type, ...]):
+def _optional(doc: dict[str, Any], key: str, kind: type | tuple[type, ...]) -> Any:
     value = doc.get(key)
     if value is None:
         return None
@@ -328,7 +330,7 @@ class ExitRecord:
     checkpoint_root: str | None = None
     steps_lost: int | None = None
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.reason not in EXIT_REASONS:
             raise LayoutError(f"unknown exit reason {self.reason!r}")
 
@@ -441,7 +443,7 @@ class ReplicaExit:
     final: bool = True  # False: written when the stop began; the replica may have died since
     time: str = field(default_factory=utc_now_ms)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.reason not in REPLICA_EXIT_REASONS:
             raise LayoutError(f"unknown replica exit reason {self.reason!r}")
 
@@ -492,5 +494,5 @@ def first_failed_replica(records: list[ReplicaExit]) -> ReplicaExit | None:
     return min(own, key=lambda r: r.time, default=None)
 
 
-def _bad(key: str):
+def _bad(key: str) -> NoReturn:
     raise LayoutError(f"field {key!r} has the wrong type")

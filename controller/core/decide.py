@@ -16,6 +16,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 from controller.core import events as ev
 from controller.core.actions import (
@@ -90,15 +91,19 @@ def decide(
 # --- event handlers ------------------------------------------------------------------------
 
 
-def _on_request_accepted(state: JobState, event: ev.RequestAccepted, now, rng, config) -> Outcome:
+def _on_request_accepted(
+    state: JobState, event: ev.RequestAccepted, now: float, rng: random.Random, config: CoreConfig
+) -> Outcome:
     if state.phase is Phase.ACCEPTED and not state.attempts:
         return _start_attempt(state, now)
     return state, []
 
 
-def _on_attempt_submitted(state: JobState, event: ev.AttemptSubmitted, now, rng, config) -> Outcome:
-    current = state.current
-    if not _is_current(state, event.attempt) or current.ended:
+def _on_attempt_submitted(
+    state: JobState, event: ev.AttemptSubmitted, now: float, rng: random.Random, config: CoreConfig
+) -> Outcome:
+    current = _attempt(state, event.attempt)
+    if current is None or current.ended:
         return state, [CancelVertexJob(event.vertex_name, event.attempt)]
     if current.vertex_name == event.vertex_name:
         return state, []
@@ -111,9 +116,11 @@ def _on_attempt_submitted(state: JobState, event: ev.AttemptSubmitted, now, rng,
     return replace(state, phase=Phase.QUEUED, next_attempt_at=None), []
 
 
-def _on_attempt_not_found(state: JobState, event: ev.AttemptNotFound, now, rng, config) -> Outcome:
-    current = state.current
-    if not _is_current(state, event.attempt) or current.ended or current.vertex_name is not None:
+def _on_attempt_not_found(
+    state: JobState, event: ev.AttemptNotFound, now: float, rng: random.Random, config: CoreConfig
+) -> Outcome:
+    current = _attempt(state, event.attempt)
+    if current is None or current.ended or current.vertex_name is not None:
         return state, []
     if state.phase is Phase.CANCELLING:
         state = state.with_current(ending=Ending.CANCELLED, rule="cancelled-before-submit", ended_at=now)
@@ -121,9 +128,11 @@ def _on_attempt_not_found(state: JobState, event: ev.AttemptNotFound, now, rng, 
     return state, [_submit_action(current, create=True)]
 
 
-def _on_submit_failed(state: JobState, event: ev.SubmitFailed, now, rng, config) -> Outcome:
-    current = state.current
-    if not _is_current(state, event.attempt) or current.ended or current.vertex_name is not None:
+def _on_submit_failed(
+    state: JobState, event: ev.SubmitFailed, now: float, rng: random.Random, config: CoreConfig
+) -> Outcome:
+    current = _attempt(state, event.attempt)
+    if current is None or current.ended or current.vertex_name is not None:
         return state, []
     if event.permanent:
         state = state.with_current(
@@ -142,9 +151,11 @@ def _on_submit_failed(state: JobState, event: ev.SubmitFailed, now, rng, config)
     return replace(state, next_attempt_at=retry_at), [ScheduleWakeup(retry_at)]
 
 
-def _on_vertex_observed(state: JobState, event: ev.VertexObserved, now, rng, config) -> Outcome:
-    current = state.current
-    if not _is_current(state, event.attempt) or current.ended:
+def _on_vertex_observed(
+    state: JobState, event: ev.VertexObserved, now: float, rng: random.Random, config: CoreConfig
+) -> Outcome:
+    current = _attempt(state, event.attempt)
+    if current is None or current.ended:
         return state, list(_cancel_if_stray(event))
     if current.vertex_name is None:
         # Adoption: the job was created but its name never recorded (crash, lost reply).
@@ -166,7 +177,7 @@ def _on_vertex_observed(state: JobState, event: ev.VertexObserved, now, rng, con
         return _end_attempt(state, event, now, rng, config)
     state = state.with_current(vertex_state=event.vertex_state)
     if event.vertex_state in VERTEX_RUNNING:
-        if state.current.started_at is None:
+        if _current(state).started_at is None:
             state = state.with_current(started_at=event.start_time or now)
         state = replace(state, capacity_wait_since=None)  # it runs: the capacity wait is over
         if state.phase in (Phase.SUBMITTING, Phase.QUEUED):
@@ -177,9 +188,11 @@ def _on_vertex_observed(state: JobState, event: ev.VertexObserved, now, rng, con
     return state, actions + alerts
 
 
-def _on_vertex_job_missing(state: JobState, event: ev.VertexJobMissing, now, rng, config) -> Outcome:
-    current = state.current
-    if not _is_current(state, event.attempt) or current.ended or current.vertex_name != event.vertex_name:
+def _on_vertex_job_missing(
+    state: JobState, event: ev.VertexJobMissing, now: float, rng: random.Random, config: CoreConfig
+) -> Outcome:
+    current = _attempt(state, event.attempt)
+    if current is None or current.ended or current.vertex_name != event.vertex_name:
         return state, []
     gone = ev.VertexObserved(
         attempt=event.attempt,
@@ -191,41 +204,52 @@ def _on_vertex_job_missing(state: JobState, event: ev.VertexJobMissing, now, rng
     return _end_attempt(state, gone, now, rng, config)
 
 
-def _on_checkpoint_observed(state: JobState, event: ev.CheckpointObserved, now, rng, config) -> Outcome:
+def _on_checkpoint_observed(
+    state: JobState, event: ev.CheckpointObserved, now: float, rng: random.Random, config: CoreConfig
+) -> Outcome:
     # Checkpoints only move forward; an older observation arriving late changes nothing.
     if state.latest_checkpoint_step is not None and event.step <= state.latest_checkpoint_step:
         return state, []
     return replace(state, latest_checkpoint_step=event.step, latest_checkpoint_uri=event.uri), []
 
 
-def _on_timer(state: JobState, event: ev.TimerFired, now, rng, config) -> Outcome:
-    current = state.current
+def _on_timer(
+    state: JobState, event: ev.TimerFired, now: float, rng: random.Random, config: CoreConfig
+) -> Outcome:
     if state.phase is Phase.ACCEPTED:
         return _start_attempt(state, now)
     if state.phase is Phase.SUBMITTING:
         if state.next_attempt_at is not None and now < state.next_attempt_at:
             return state, [ScheduleWakeup(state.next_attempt_at)]
-        return replace(state, next_attempt_at=None), [_submit_action(current, create=True)]
+        return replace(state, next_attempt_at=None), [_submit_action(_current(state), create=True)]
     if state.phase is Phase.BACKING_OFF:
-        if now < state.next_attempt_at:
+        if state.next_attempt_at is not None and now < state.next_attempt_at:
             return state, [ScheduleWakeup(state.next_attempt_at)]
         return _start_attempt(state, now)
-    if state.phase is Phase.CANCELLING:
+    current = state.current
+    if state.phase is Phase.CANCELLING and current is not None:
         if current.vertex_name is None:
             return state, [_submit_action(current, create=False)]
         return state, [CancelVertexJob(current.vertex_name, current.number)]
-    if current is not None and current.failed_unexplained_at is not None and not current.ended:
+    if (
+        current is not None
+        and current.vertex_name is not None
+        and current.failed_unexplained_at is not None
+        and not current.ended
+    ):
         return state, [ReadVertexJob(current.vertex_name, current.number)]
     return _capacity_wait_alert(state, now, config)
 
 
-def _on_cancel(state: JobState, event: ev.CancelRequested, now, rng, config) -> Outcome:
+def _on_cancel(
+    state: JobState, event: ev.CancelRequested, now: float, rng: random.Random, config: CoreConfig
+) -> Outcome:
     if state.cancel_requested:
         return state, []
     state = replace(state, cancel_requested=True)
     if state.phase in (Phase.ACCEPTED, Phase.BACKING_OFF):
         return _terminal(replace(state, next_attempt_at=None), Phase.CANCELLED, "cancelled by request")
-    current = state.current
+    current = _current(state)
     state = replace(state, phase=Phase.CANCELLING, next_attempt_at=None)
     if current.vertex_name is None:
         return state, [_submit_action(current, create=False)]
@@ -249,7 +273,7 @@ _HANDLERS: dict[type, Callable[..., Outcome]] = {
 
 
 def _observation(state: JobState, event: ev.VertexObserved) -> Observation:
-    current = state.current
+    current = _current(state)
     return Observation(
         event.vertex_state,
         event.error_code,
@@ -260,14 +284,15 @@ def _observation(state: JobState, event: ev.VertexObserved) -> Observation:
     )
 
 
-def _settle_unexplained_failure(state: JobState, event: ev.VertexObserved, now, config) -> Outcome | None:
+def _settle_unexplained_failure(
+    state: JobState, event: ev.VertexObserved, now: float, config: CoreConfig
+) -> Outcome | None:
     """Hold back the classification of a FAILED job whose `error` is not set yet (and whose
     trainer left no decisive record), reading it again until `error_settle_seconds` after it was
     first seen so; after that, classify with what there is. None: classify now."""
     if state.cancel_requested or not needs_vertex_error(_observation(state, event)):
         return None
-    current = state.current
-    first_seen = current.failed_unexplained_at
+    first_seen = _current(state).failed_unexplained_at
     if first_seen is None:
         first_seen = now
         state = state.with_current(failed_unexplained_at=now, vertex_state=event.vertex_state)
@@ -277,8 +302,10 @@ def _settle_unexplained_failure(state: JobState, event: ev.VertexObserved, now, 
     return state, [ScheduleWakeup(min(due, now + config.error_recheck_seconds))]
 
 
-def _end_attempt(state: JobState, event: ev.VertexObserved, now, rng: random.Random, config) -> Outcome:
-    current = state.current
+def _end_attempt(
+    state: JobState, event: ev.VertexObserved, now: float, rng: random.Random, config: CoreConfig
+) -> Outcome:
+    current = _current(state)
     verdict = classify(_observation(state, event))
     made_progress = state.latest_checkpoint_step is not None and (
         current.resume_from_step is None or state.latest_checkpoint_step > current.resume_from_step
@@ -293,7 +320,7 @@ def _end_attempt(state: JobState, event: ev.VertexObserved, now, rng: random.Ran
         checkpoint_step_at_end=state.latest_checkpoint_step,
         started_at=current.started_at or event.start_time,
     )
-    ran = state.current.started_at is not None
+    ran = _current(state).started_at is not None
 
     if state.cancel_requested:
         if verdict.ending is Ending.SUCCEEDED:
@@ -399,8 +426,19 @@ def _no_usable_checkpoint(
 # --- helpers ---------------------------------------------------------------------------------
 
 
-def _is_current(state: JobState, attempt: int) -> bool:
-    return state.current is not None and state.current.number == attempt
+def _attempt(state: JobState, number: int) -> Attempt | None:
+    """The current attempt when it is attempt `number`; None for any other (stale, future)."""
+    current = state.current
+    return current if current is not None and current.number == number else None
+
+
+def _current(state: JobState) -> Attempt:
+    """The current attempt, in a phase that always has one (submitting, queued, running,
+    backing off, cancelling after a submission)."""
+    current = state.current
+    if current is None:
+        raise ValueError(f"job {state.job_id} in phase {state.phase.value} has no attempt")
+    return current
 
 
 def _start_attempt(state: JobState, now: float) -> Outcome:
@@ -438,7 +476,7 @@ def _fail(state: JobState, kind: str, reason: str, now: float) -> Outcome:
     return state, [alert, *actions]
 
 
-def _alert_details(state: JobState) -> dict:
+def _alert_details(state: JobState) -> dict[str, Any]:
     current = state.current
     return {
         "jobId": state.job_id,
