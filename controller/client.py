@@ -141,6 +141,15 @@ class Client:
             self._store = open_store(self.state_store)
         return self._store
 
+    def store_exists(self) -> bool:
+        """False while an SQLite store has not been created yet (the controller is starting)."""
+        if self._store is None and self.state_store and self.state_store.startswith("sqlite://"):
+            return Path(self.state_store[len("sqlite://") :]).exists()
+        return True
+
+    def _stored_if_any(self, job_id: str) -> dict | None:
+        return self.stored(job_id) if self.store_exists() else None
+
     def stored(self, job_id: str) -> dict | None:
         """The job's stored document (request, state, timeline), or None."""
         from controller.store.base import check_key
@@ -227,7 +236,7 @@ class Client:
         deadline = self._clock() + self.verdict_seconds
         rejected = rejected_key(message_digest(data))
         while True:
-            document = self.stored(job_id)
+            document = self._stored_if_any(job_id)
             if fingerprint is not None and document is not None:
                 if document.get("fingerprint") == fingerprint:
                     return Verdict(job_id, "accepted", message_id)
@@ -236,7 +245,7 @@ class Client:
                 return Verdict(job_id, "rejected", message_id, [reason])
             if fingerprint is None and document is not None and _cancel_seen(document):
                 return Verdict(job_id, "cancel requested", message_id)
-            record = self.store.get(rejected)
+            record = self.store.get(rejected) if self.store_exists() else None
             if record is not None:
                 reason = str(record.document.get("reason") or record.document.get("status") or "rejected")
                 return Verdict(job_id, "rejected", message_id, [r.strip() for r in reason.split(";")])
@@ -266,7 +275,7 @@ class Client:
         last_key = None
         status = None
         while True:
-            document = self.stored(job_id)
+            document = self._stored_if_any(job_id)
             if document is not None:
                 status = with_goodput(document, time.time(), timeline=False)
                 key = (status["phase"], status["attempt"], status["latestCheckpointStep"])

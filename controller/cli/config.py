@@ -38,7 +38,7 @@ class Property:
 def default_state_store() -> str:
     """A state store a user can write without root: `$XDG_STATE_HOME/relaunch/state.db`."""
     base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return f"sqlite:///{Path(base) / 'relaunch' / 'state.db'}"
+    return f"sqlite://{(Path(base) / 'relaunch' / 'state.db').absolute()}"
 
 
 # The properties the CLI itself reads. Any other controller setting (a field of

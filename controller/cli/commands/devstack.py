@@ -207,7 +207,7 @@ def _prepare(state: Path, env: dict[str, str]) -> None:
         os.environ.update(saved)
     layer = {key: value for name, value in env.items() if (key := config.key_for_env(name))}
     layer["devstack_dir"] = str(state)
-    layer["state_store"] = f"sqlite:///{state / CONTROLLER_STATE}"
+    layer["state_store"] = f"sqlite://{state / CONTROLLER_STATE}"  # state is absolute
     layer["create_subscriptions"] = "true"
     path = config.write_devstack_layer(layer)
     print(f"# relaunch CLI configured for this devstack ({path})", file=sys.stderr)
