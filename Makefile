@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test clean
+.PHONY: venv demo test clean browser
 
 venv: $(STAMP)
 
@@ -21,7 +21,11 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/relaunch demo
 
-test: $(STAMP)
+# The status page is tested in a real headless Chromium: Debian's package, never a downloaded one.
+browser:
+	@command -v chromium >/dev/null || (apt-get update && apt-get install -y chromium)
+
+test: $(STAMP) browser
 	$(BIN)/python -m pytest
 
 clean:

@@ -24,7 +24,7 @@ ENDING_COLOURS = {
 RUNNING_COLOUR = "#1f77b4"  # still running, or an ending not listed above
 WAITING_COLOUR = "#d3d3d3"
 
-_LEFT, _RIGHT, _TOP, _ROW, _BOTTOM = 90, 20, 30, 34, 60
+_LEFT, _RIGHT, _TOP, _ROW, _BOTTOM = 90, 100, 30, 34, 60
 _WIDTH = 900
 
 
