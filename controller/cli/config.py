@@ -87,6 +87,8 @@ PROPERTIES: dict[str, Property] = {
     )
 }
 _ALIASES = {"GOOGLE_CLOUD_PROJECT": "project"}
+# Variables export_to_environ() set in this process: they are the files' values, not the user's.
+_EXPORTED: dict[str, str] = {}
 
 
 class ConfigError(ValueError):
@@ -152,7 +154,7 @@ def key_for_env(variable: str) -> str | None:
 def lookup(key: str) -> tuple[str | None, str]:
     """(value, where it came from: 'env VAR', 'devstack', 'config', 'default' or 'unset')."""
     variable = env_name(key)
-    if os.environ.get(variable):
+    if os.environ.get(variable) and _EXPORTED.get(variable) != os.environ[variable]:
         return os.environ[variable], f"env {variable}"
     if key == "project" and os.environ.get("GOOGLE_CLOUD_PROJECT"):
         return os.environ["GOOGLE_CLOUD_PROJECT"], "env GOOGLE_CLOUD_PROJECT"
@@ -228,4 +230,5 @@ def export_to_environ() -> None:
                 continue
             if key == "project" and os.environ.get("GOOGLE_CLOUD_PROJECT"):
                 continue
-            os.environ.setdefault(variable, value)
+            if variable not in os.environ:
+                os.environ[variable] = _EXPORTED[variable] = value

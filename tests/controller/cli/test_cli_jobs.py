@@ -12,25 +12,7 @@ import pytest
 from google.cloud import pubsub_v1
 
 from controller.cli.main import main
-from tests.support.engine import PROJECT, accept, drive, job_document, request, terminal
-
-
-@pytest.fixture
-def state_env(tmp_path, monkeypatch):
-    """Point the CLI at the SQLite file `make_engine` writes (it lives in the same tmp_path)."""
-    monkeypatch.setenv("RELAUNCH_STATE_STORE", f"sqlite:///{tmp_path / 'state.db'}")
-
-
-@pytest.fixture
-def requests_topic(devstack, monkeypatch):
-    """A fresh requests topic the CLI publishes to, and a subscription to read what it sent."""
-    name = f"requests-{uuid.uuid4().hex[:8]}"
-    topic = f"projects/{PROJECT}/topics/{name}"
-    subscription = f"projects/{PROJECT}/subscriptions/{name}-read"
-    pubsub_v1.PublisherClient().create_topic(name=topic)
-    pubsub_v1.SubscriberClient().create_subscription(name=subscription, topic=topic)
-    monkeypatch.setenv("RELAUNCH_REQUESTS_TOPIC", name)
-    return subscription
+from tests.support.engine import accept, drive, job_document, request, terminal
 
 
 def pull_one(subscription: str) -> bytes:
