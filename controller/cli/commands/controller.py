@@ -44,6 +44,9 @@ def apply_defaults() -> None:
     if os.environ.get("PUBSUB_EMULATOR_HOST"):
         # An emulator starts empty: nothing is there unless someone creates it.
         os.environ.setdefault("RELAUNCH_CREATE_SUBSCRIPTIONS", "true")
+        # Committed checkpoints are seen on reconcile passes; locally there is no API quota to
+        # spare, and a person watching `relaunch wait --for checkpoint` should not wait a minute.
+        os.environ.setdefault("RELAUNCH_RECONCILE_SECONDS", "5")
 
 
 def run(args) -> int:
