@@ -262,15 +262,18 @@ class Client:
         poll: float = DEFAULT_POLL_SECONDS,
         until: Callable[[dict], bool] | None = None,
         on_change: Callable[[dict], None] | None = None,
+        appear_within: float | None = None,
     ) -> dict:
         """Follow a job until it ends (or `until(status)` holds); its last status document.
 
         `on_change(status)` is called each time the phase, attempt or checkpoint step changes.
         WaitTimeout after `timeout` seconds; JobNotFound if the job never appears in that time
-        (or, without a timeout, within `verdict_seconds`).
+        (or, without a timeout, within `verdict_seconds`; or within `appear_within` if given:
+        0 for a job that must exist already).
         """
         started = self._clock()
-        first_seen_by = started + (timeout if timeout is not None else self.verdict_seconds)
+        grace = appear_within if appear_within is not None else timeout
+        first_seen_by = started + (grace if grace is not None else self.verdict_seconds)
         deadline = None if timeout is None else started + timeout
         last_key = None
         status = None
@@ -286,7 +289,7 @@ class Client:
                 if (until or _ended)(status):
                     return status
             elif self._clock() >= first_seen_by:
-                if deadline is not None:
+                if deadline is not None and appear_within is None:
                     raise WaitTimeout(job_id, None, timeout)
                 raise JobNotFound(job_id)
             if deadline is not None and self._clock() >= deadline:

@@ -30,6 +30,17 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
+class _VersionAction(argparse.Action):
+    """--version, reading the installed version only when asked (it costs an import)."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"{PROG} {_version()}")
+        parser.exit()
+
+
 def _quiet_broken_pipe() -> int:
     """The reader went away (`relaunch status | head`): no traceback, no error line. stdout is
     pointed at /dev/null so that the interpreter's final flush does not complain either."""
@@ -50,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
         ),
         epilog="Run `relaunch VERB --help` for a verb's options and an example.",
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    parser.add_argument("--version", action=_VersionAction, help="print the version and exit")
     subparsers = parser.add_subparsers(title="verbs", metavar="VERB")
     for module_info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
         name = f"{commands.__name__}.{module_info.name}"

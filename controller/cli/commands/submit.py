@@ -117,14 +117,17 @@ def _submit(args: argparse.Namespace, request) -> int:
     return follow(client, job_id, timeout=args.timeout, poll=args.poll)
 
 
-def follow(client, job_id: str, *, timeout: float | None, poll: float) -> int:
-    """Show the job's progress until it ends; its exit status (0, 1, or 124 on timeout)."""
+def follow(client, job_id: str, *, timeout: float | None, poll: float, must_exist: bool = False) -> int:
+    """Show the job's progress until it ends; its exit status (0, 1, or 124 on timeout).
+    `must_exist`: a job not in the store is an error at once (else it may still be on its way)."""
     from controller.cli.progress import Progress
     from controller.client import WaitTimeout
 
     progress = Progress()
     try:
-        final = client.wait(job_id, timeout=timeout, poll=poll, on_change=progress)
+        final = client.wait(
+            job_id, timeout=timeout, poll=poll, on_change=progress, appear_within=0 if must_exist else None
+        )
     except WaitTimeout as stopped:
         progress.note(f"{stopped}; stopped waiting")
         return EXIT_TIMEOUT

@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     client = view.client()
     if args.condition == "end":
-        return follow(client, args.job_id, timeout=args.timeout, poll=args.poll)
+        return follow(client, args.job_id, timeout=args.timeout, poll=args.poll, must_exist=True)
     from controller.cli.progress import Progress
     from controller.client import WaitTimeout
 
@@ -65,6 +65,7 @@ def _run(args: argparse.Namespace) -> int:
             poll=args.poll,
             until=CONDITIONS[args.condition],
             on_change=progress,
+            appear_within=0,
         )
     except WaitTimeout as stopped:
         progress.note(f"{stopped}; stopped waiting")

@@ -133,6 +133,10 @@ def test_status_events_and_logs_show_hostile_text_visibly(
     assert "\\x1b[2J\\x1b[31m\\nSUCCEEDED job-x \\u202etxt.exe\\x07" in capsys.readouterr().out
     assert main(["logs", job_id]) == 0
     assert "loss 0.5 \\x1b[2J\\x1b]0;owned\\x07 done\\u202e" in capsys.readouterr().out
+    picture = Path(devstack.dir).parent / f"{job_id}.svg"
+    assert main(["report", job_id, "--svg", str(picture)]) == 0
+    svg = picture.read_text()
+    assert svg.startswith("<svg") and "attempt 1" in svg and "\x1b" not in svg and "<script" not in svg
     # JSON keeps the exact value, escaped by JSON itself.
     assert main(["status", job_id, "--json"]) == 0
     raw = capsys.readouterr().out
