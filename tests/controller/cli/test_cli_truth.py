@@ -135,6 +135,7 @@ def test_status_events_and_logs_show_hostile_text_visibly(
     assert "loss 0.5 \\x1b[2J\\x1b]0;owned\\x07 done\\u202e" in capsys.readouterr().out
     picture = Path(devstack.dir).parent / f"{job_id}.svg"
     assert main(["report", job_id, "--svg", str(picture)]) == 0
+    assert f"wrote {picture}" in capsys.readouterr().out
     svg = picture.read_text()
     assert svg.startswith("<svg") and "attempt 1" in svg and "\x1b" not in svg and "<script" not in svg
     # JSON keeps the exact value, escaped by JSON itself.
