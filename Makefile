@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test check clean
+.PHONY: venv demo test check clean browser
 
 venv: $(STAMP)
 
@@ -21,8 +21,12 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/relaunch demo
 
+# The status page is tested in a real headless Chromium: Debian's package, never a downloaded one.
+browser:
+	@command -v chromium >/dev/null || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium)
+
 # The mechanical checks run first: lint, format, types, import contracts. Then every test.
-test: $(STAMP) check
+test: $(STAMP) check browser
 	$(BIN)/python -m pytest
 
 check: $(STAMP)

@@ -54,6 +54,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         stack.start()
         env = stack.env()
+        # Replicas inherit this process's environment (as a container inherits its image's):
+        # without the emulator hosts and the project, the trainer's Google clients would look
+        # for real credentials and real buckets.
+        os.environ.update(env)
         write_run_file(state / ENV_FILE, json.dumps({"pid": pid, "env": env}, indent=2))
         if args.mode == "up":
             sys.stdout.write(export_lines(env))

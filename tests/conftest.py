@@ -13,6 +13,19 @@ pytest_plugins = ["pytester", "tests.support.pubsub_backends"]
 PROJECT = "relaunch-dev"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def private_cli_config(tmp_path_factory):
+    """`relaunch` reads and writes a config directory (`relaunch config`, `devstack up`): the
+    tests, and the commands they run, use one of their own, never the developer's."""
+    saved = os.environ.get("RELAUNCH_CONFIG_DIR")
+    os.environ["RELAUNCH_CONFIG_DIR"] = str(tmp_path_factory.mktemp("relaunch-config"))
+    yield
+    if saved is None:
+        os.environ.pop("RELAUNCH_CONFIG_DIR", None)
+    else:
+        os.environ["RELAUNCH_CONFIG_DIR"] = saved
+
+
 @pytest.fixture(scope="session")
 def devstack(tmp_path_factory):
     """A fresh DevStack (Pub/Sub, GCS, Vertex AI stand-ins and the control server) for the

@@ -9,8 +9,8 @@ import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, NoReturn
 from datetime import UTC, datetime
+from typing import Any, NoReturn
 
 CHECKPOINT_FORMAT = "relaunch-checkpoint/v1"
 EXIT_FORMAT = "relaunch-exit/v1"

@@ -21,6 +21,37 @@ def _error(message: str) -> None:
     print(f"{PROG}: error: {message}", file=sys.stderr)
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("relaunch")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+class _VersionAction(argparse.Action):
+    """--version, reading the installed version only when asked (it costs an import)."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"{PROG} {_version()}")
+        parser.exit()
+
+
+def _quiet_broken_pipe() -> int:
+    """The reader went away (`relaunch status | head`): no traceback, no error line. stdout is
+    pointed at /dev/null so that the interpreter's final flush does not complain either."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
@@ -30,6 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
         ),
         epilog="Run `relaunch VERB --help` for a verb's options and an example.",
     )
+    parser.add_argument("--version", action=_VersionAction, help="print the version and exit")
     subparsers = parser.add_subparsers(title="verbs", metavar="VERB")
     for module_info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
         name = f"{commands.__name__}.{module_info.name}"
@@ -47,6 +79,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from controller.cli import config
+
+    try:
+        config.export_to_environ()  # `relaunch config` and the devstack layer, under the env
+    except config.ConfigError as error:
+        _error(str(error))
+        return 1
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -60,8 +99,8 @@ def main(argv: list[str] | None = None) -> int:
         return int(handler(args) or 0)
     except KeyboardInterrupt:
         return 130
-    except BrokenPipeError:  # `relaunch render x.yaml | head`
-        return 0
+    except BrokenPipeError:  # `relaunch status | head`
+        return _quiet_broken_pipe()
     except Exception as error:
         if _debugging():
             raise

@@ -27,6 +27,7 @@ from urllib.parse import unquote, urlsplit
 
 from controller import logs
 from controller.request.limits import JOB_ID_RE
+from controller.service import status_page
 from controller.service.intake import IntakeResult
 from controller.service.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from controller.service.metrics import Metrics
@@ -197,6 +198,8 @@ class _Handler(BaseHTTPRequestHandler):
             "/metrics": self._metrics,
             JOBS_PATH: self._list_jobs,
         }
+        if method == "GET" and status_page.handles(path):  # read-only HTML: status_page.py
+            return lambda: self._send(*status_page.response(path, self.server.app))
         if path in get_routes or path.startswith(JOBS_PATH + "/"):
             if method != "GET":
                 return self._not_allowed("GET")

@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 
 EXAMPLE = """\
 Runs the controller until SIGTERM/SIGINT: pulls job requests and Vertex job events from Pub/Sub,
 submits and watches Vertex AI CustomJobs, resubmits from the latest checkpoint after preemptions,
-and serves /healthz, /readyz, /metrics and /v1/jobs on $PORT.
+and serves /healthz, /readyz, /metrics, /v1/jobs and the status page (/) on $PORT.
 
-All settings come from RELAUNCH_* environment variables (see README, "Configuration").
+Settings come from RELAUNCH_* environment variables (README, "Configuration"), else from
+`relaunch config` and the devstack layer. Run by hand it needs none: the state store defaults
+to $XDG_STATE_HOME/relaunch/state.db (the same one `relaunch status` reads), and when pointed
+at a Pub/Sub emulator (devstack) it creates missing topics and subscriptions.
 
 Example (against devstack):
   eval "$(relaunch devstack up)"
-  RELAUNCH_CREATE_SUBSCRIPTIONS=true RELAUNCH_STATE_STORE=sqlite:///tmp/relaunch.db \\
-      PORT=8080 relaunch controller
+  relaunch controller
 """
 
 
@@ -28,7 +32,26 @@ def register(subparsers) -> None:
     parser.set_defaults(handler=run)
 
 
+def apply_defaults() -> None:
+    """Fill in what a controller run by hand needs and an operator would not think to set."""
+    from controller.cli import config
+
+    if not os.environ.get("RELAUNCH_STATE_STORE"):
+        os.environ["RELAUNCH_STATE_STORE"] = config.get("state_store") or config.default_state_store()
+    store = os.environ["RELAUNCH_STATE_STORE"]
+    if store.startswith("sqlite:///"):
+        os.makedirs(os.path.dirname(store[len("sqlite://") :]) or ".", exist_ok=True)
+    if os.environ.get("PUBSUB_EMULATOR_HOST"):
+        # An emulator starts empty: nothing is there unless someone creates it.
+        os.environ.setdefault("RELAUNCH_CREATE_SUBSCRIPTIONS", "true")
+        # Committed checkpoints are seen on reconcile passes; locally there is no API quota to
+        # spare, and a person watching `relaunch wait --for checkpoint` should not wait a minute.
+        os.environ.setdefault("RELAUNCH_RECONCILE_SECONDS", "5")
+
+
 def run(args) -> int:
+    apply_defaults()
+    print(f"relaunch controller: state store {os.environ['RELAUNCH_STATE_STORE']}", file=sys.stderr)
     from controller.service.daemon import main
 
     return main()

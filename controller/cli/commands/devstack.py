@@ -40,10 +40,9 @@ _HELP = {
     ),
     "preempt": (
         "reclaim a job's Spot VMs: SIGTERM to its replicas, SIGKILL after the grace",
-        "Vertex then restarts the job in place (up to six times, unless its\n"
-        "disableRetries is set); --end-job ends it FAILED with the STOCKOUT-style\n"
-        "error at once, as when the restarts are used up.\n\n"
-        "example:\n  relaunch devstack preempt "
+        "The job then ends FAILED with code 14, as a preempted Vertex job does. JOB is a\n"
+        "Relaunch jobId (its current attempt) or a Vertex job name.\n\n"
+        "example:\n  relaunch devstack preempt demo-gpt --grace 10\n  relaunch devstack preempt "
         "projects/relaunch-dev/locations/us-central1/customJobs/3 --grace 10",
     ),
     "stockout": (
@@ -95,16 +94,13 @@ def register(subparsers) -> None:
     verb("down", _down)
     verb("status", _status)
     preempt = verb("preempt", _preempt)
-    preempt.add_argument("job", metavar="VERTEX_JOB_NAME")
+    preempt.add_argument("job", metavar="JOB", help="a jobId (its current attempt) or a Vertex job name")
     preempt.add_argument(
         "--grace",
         type=float,
-        default=None,
+        default=30.0,
         metavar="SECONDS",
-        help="seconds between SIGTERM and SIGKILL (default: devstack's, 15; 0 = SIGKILL at once)",
-    )
-    preempt.add_argument(
-        "--end-job", action="store_true", default=None, help="end the job instead of restarting it in place"
+        help="seconds between SIGTERM and SIGKILL (default 30, as on Spot VMs)",
     )
     stockout = verb("stockout", _stockout)
     stockout.add_argument("--seconds", type=float, default=0.0, help="how long new jobs queue")
@@ -139,6 +135,7 @@ def _up(args) -> int:
     state.mkdir(parents=True, exist_ok=True)
     running = _running(state)
     if running:
+        _prepare(state, running[1])
         sys.stdout.write(export_lines(running[1]))
         return 0
     with open(state / LOG_FILE, "ab") as log:
@@ -153,6 +150,7 @@ def _up(args) -> int:
     while time.monotonic() < deadline:
         running = _running(state)
         if running and running[0] == child.pid:
+            _prepare(state, running[1])
             sys.stdout.write(export_lines(running[1]))
             print(f"# devstack up (pid {child.pid}); log: {state / LOG_FILE}", file=sys.stderr)
             return 0
@@ -171,6 +169,48 @@ def _up(args) -> int:
     )
     _stop(child.pid)
     return 1
+
+
+# Buckets the files in examples/ name, created so that `relaunch submit examples/demo.yaml` runs.
+EXAMPLE_BUCKETS = ("relaunch-demo",)
+CONTROLLER_STATE = "controller-state.db"
+
+
+def _prepare(state: Path, env: dict[str, str]) -> None:
+    """Make the devstack ready for the README's flow: the examples' bucket, the controller's
+    topics and subscriptions (so a request published before the controller starts is kept),
+    and the CLI's devstack config layer (so the next commands, in any shell, use this devstack
+    and a controller state store inside it)."""
+    from controller.cli import config
+
+    saved = dict(os.environ)
+    os.environ.update(env)  # the Google clients below talk to the stand-ins
+    try:
+        from google.auth.credentials import AnonymousCredentials
+        from google.cloud import pubsub_v1, storage
+
+        from controller.adapters.pubsub import ensure_topology
+        from controller.settings import Settings
+
+        gcs = storage.Client(project=env["GOOGLE_CLOUD_PROJECT"], credentials=AnonymousCredentials())
+        for bucket in EXAMPLE_BUCKETS:
+            if gcs.lookup_bucket(bucket) is None:
+                gcs.create_bucket(bucket)
+        publisher, subscriber = pubsub_v1.PublisherClient(), pubsub_v1.SubscriberClient()
+        try:
+            ensure_topology(Settings(), publisher, subscriber)
+        finally:
+            publisher.stop()
+            subscriber.close()
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    layer = {key: value for name, value in env.items() if (key := config.key_for_env(name))}
+    layer["devstack_dir"] = str(state)
+    layer["state_store"] = f"sqlite://{state / CONTROLLER_STATE}"  # state is absolute
+    layer["create_subscriptions"] = "true"
+    path = config.write_devstack_layer(layer)
+    print(f"# relaunch CLI configured for this devstack ({path})", file=sys.stderr)
 
 
 def _tail(path: Path, lines: int = 30) -> str:
@@ -221,6 +261,7 @@ def _down(args) -> int:
     if pid is None or not devstack_alive(pid):
         for name in (ENV_FILE, PID_FILE):
             (state / name).unlink(missing_ok=True)
+        _forget(state)
         print(f"devstack: not running in {state}", file=sys.stderr)
         return 0
     if not _stop(pid):
@@ -228,8 +269,17 @@ def _down(args) -> int:
         return 1
     for name in (ENV_FILE, PID_FILE):
         (state / name).unlink(missing_ok=True)
+    _forget(state)
     print(f"devstack: stopped (pid {pid})", file=sys.stderr)
     return 0
+
+
+def _forget(state: Path) -> None:
+    """Remove the CLI's devstack layer if it is this devstack's."""
+    from controller.cli import config
+
+    if config.get("devstack_dir") == str(state):
+        config.remove_devstack_layer()
 
 
 def _control(args):
@@ -250,12 +300,24 @@ def _status(args) -> int:
     return 0
 
 
+def _vertex_name(job: str) -> str:
+    """A Vertex job name as given, or the current attempt's Vertex job of a Relaunch jobId."""
+    if job.startswith("projects/"):
+        return job
+    from controller.cli.common import client
+
+    attempts = client().status(job)["attempts"]
+    if not attempts or not attempts[-1]["vertexJob"]:
+        raise RuntimeError(f"job {job} has no attempt on Vertex AI yet")
+    return attempts[-1]["vertexJob"]
+
+
 def _preempt(args) -> int:
-    if _control(args).preempt(args.job, args.grace, end_job=args.end_job):
-        grace = "devstack's default" if args.grace is None else f"{args.grace:g}s"
-        print(f"preempting {args.job} (grace {grace})", file=sys.stderr)
+    name = _vertex_name(args.job)
+    if _control(args).preempt(name, args.grace):
+        print(f"preempting {name} (grace {args.grace:g}s)", file=sys.stderr)
         return 0
-    print(f"relaunch: {args.job} is not running (already ended or cancelling)", file=sys.stderr)
+    print(f"relaunch: {name} is not running (already ended or cancelling)", file=sys.stderr)
     return 1
 
 

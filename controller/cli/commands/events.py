@@ -1,20 +1,22 @@
-"""`relaunch events JOB_ID`: the job's timeline, one line per event, oldest first."""
+"""`relaunch events JOB_ID [--json]`: the job's timeline, one line per event, oldest first."""
 
 from __future__ import annotations
 
 import argparse
 
 from controller.cli import common as view
+from controller.readmodel.printable import printable
 
 EXAMPLE = """\
 Prints the timeline the controller keeps in the job's stored document (its last 500 entries):
 when the request was accepted, each attempt requested, submitted, running and ended (with the
 ending and the classifier rule), checkpoints committed, backoffs, cancels and the final state.
-Columns: UTC time, attempt number, what happened.
+Columns: UTC time, attempt number, what happened. Exit status 1 if there is no such job.
 
 Example:
   relaunch events demo-gpt
   relaunch events demo-gpt | grep ended
+  relaunch events demo-gpt --json | jq '.[] | select(.ending)'
 """
 
 
@@ -27,6 +29,7 @@ def register(subparsers) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("job_id", metavar="JOB_ID", help="the job's jobId")
+    parser.add_argument("--json", action="store_true", help="print the entries as a JSON list")
     parser.set_defaults(handler=run)
 
 
@@ -35,16 +38,17 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    document = view.require_document(view.open_job_store(view.settings()), args.job_id)
-    for line in timeline_lines(document):
+    entries = view.client().events(args.job_id)
+    if args.json:
+        view.print_json(entries)
+        return 0
+    for line in timeline_lines(entries):
         print(line)
     return 0
 
 
-def timeline_lines(document: dict) -> list[str]:
-    # Entries are appended as transitions are stored; an attempt's "running" entry carries
-    # Vertex's start time, so order by time (stable, keeping stored order for ties).
-    entries = sorted(document.get("timeline", []), key=lambda e: e.get("time") or 0)
+def timeline_lines(entries: list[dict]) -> list[str]:
     return [
-        f"{view.utc(e.get('time'))}  attempt {e.get('attempt', 0):<3}  {e.get('what', '')}" for e in entries
+        f"{view.utc(e.get('time'))}  attempt {e.get('attempt', 0):<3}  {printable(e.get('what', ''))}"
+        for e in entries
     ]

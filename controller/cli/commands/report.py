@@ -1,4 +1,5 @@
-"""`relaunch report JOB_ID --png FILE`: the job's goodput, and a picture of its attempts."""
+"""`relaunch report JOB_ID [--svg FILE] [--png FILE] [--json]`: the job's goodput, and a picture
+of its attempts."""
 
 from __future__ import annotations
 
@@ -9,26 +10,31 @@ from controller.cli import common as view
 
 EXAMPLE = """\
 Prints the goodput estimate of the job (productive time, time lost to recomputed steps, time
-waiting for capacity and restarting; see controller/goodput.py for how it is estimated). With
---png, also draws one bar per attempt on a time axis: grey while waiting for capacity, then
-coloured by how the attempt ended (preempted orange, user error red, infrastructure purple,
-timeout brown, succeeded green, cancelled black), lost work hatched, checkpoints as markers.
+waiting for capacity and restarting; see controller/readmodel/goodput.py for how it is
+estimated). --svg draws one bar per attempt on a time axis (the picture the controller's status
+page shows): grey while waiting for capacity, then coloured by how the attempt ended (preempted
+orange, user error red, infrastructure purple, timeout brown, succeeded green, cancelled black),
+lost work hatched, checkpoints as markers. --png draws the same with matplotlib, if installed.
+Exit status 1 if there is no such job.
 
 Example:
-  relaunch report demo-gpt --png demo-gpt.png
+  relaunch report demo-gpt --svg demo-gpt.svg
+  relaunch report demo-gpt --json | jq .goodput.ratio
 """
 
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "report",
-        help="goodput of one job, and a PNG timeline of its attempts",
+        help="goodput of one job, and a picture of its attempts (SVG, or PNG with matplotlib)",
         description="Report how much of a job's wall time went into kept training.",
         epilog=EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("job_id", metavar="JOB_ID", help="the job's jobId")
-    parser.add_argument("--png", metavar="FILE", help="write the timeline picture to FILE")
+    parser.add_argument("--svg", metavar="FILE", help="write the timeline picture to FILE as SVG")
+    parser.add_argument("--png", metavar="FILE", help="write the timeline picture to FILE (needs matplotlib)")
+    parser.add_argument("--json", action="store_true", help="print the goodput figures as JSON")
     parser.set_defaults(handler=run)
 
 
@@ -38,26 +44,51 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from controller.readmodel.goodput import compute
-    from controller.readmodel.jobs import status_document
 
-    document = view.require_document(view.open_job_store(view.settings()), args.job_id)
+    status = view.client().status(args.job_id, timeline=True)
     now = time.time()
-    result = compute(document, now)
-    print(f"{args.job_id}: {result.summary()}")
+    result = compute(status, now)
+    if args.json:
+        view.print_json(
+            {
+                "jobId": status["jobId"],
+                "goodput": status["goodput"],
+                "attempts": [
+                    {
+                        "number": a.number,
+                        "running": a.running,
+                        "productive": a.productive,
+                        "lost": a.lost,
+                        "waiting": a.waiting,
+                    }
+                    for a in result.attempts
+                ],
+            }
+        )
+    else:
+        print(f"{status['jobId']}: {result.summary()}")
+    written = []
+    if args.svg:
+        from controller.readmodel.picture import attempts_svg
+
+        with open(args.svg, "w", encoding="utf-8") as out:
+            out.write(attempts_svg(status, status.get("timeline", []), result, now))
+        written.append(args.svg)
     if args.png:
         try:
             from controller.cli.report_png import draw
-        except ModuleNotFoundError as error:  # matplotlib is an optional extra
+        except ImportError:
             raise view.CommandError(
-                f"--png needs matplotlib ({error}); install it with: pip install 'relaunch[report]'", 1
-            ) from error
-
-        draw(
-            status_document(document, with_timeline=False),
-            document.get("timeline", []),
-            result,
-            args.png,
-            now,
-        )
-        print(f"wrote {args.png}")
+                "--png needs matplotlib (pip install matplotlib); --svg does not"
+            ) from None
+        try:
+            draw(status, status.get("timeline", []), result, args.png, now)
+        except ImportError:
+            raise view.CommandError(
+                "--png needs matplotlib (pip install matplotlib); --svg does not"
+            ) from None
+        written.append(args.png)
+    if not args.json:
+        for path in written:
+            print(f"wrote {path}")
     return 0

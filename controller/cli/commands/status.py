@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import argparse
-import json
 import time
 
 from controller.cli import common as view
+from controller.readmodel.printable import printable
 
 EXAMPLE = """\
-Reads the controller's state store (RELAUNCH_STATE_STORE, as the daemon does). Without a
-JOB_ID: one line per job. With one: the job and every attempt it made, how each ended (and the
-classifier rule that decided), the checkpoint step it resumed from and the one it left.
+Reads the controller's state store (the state_store property: RELAUNCH_STATE_STORE or
+`relaunch config set state_store URL`). Without a JOB_ID: one line per job. With one: the job and
+every attempt it made, how each ended (and the classifier rule that decided), the checkpoint
+step it resumed from and the one it left. Exit status 1 if there is no such job.
 
 Example:
   relaunch status
@@ -40,27 +41,23 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from controller.readmodel.jobs import status_document
-
-    store = view.open_job_store(view.settings())
+    client = view.client()
     now = time.time()
     if args.job_id:
-        document = view.require_document(store, args.job_id)
+        status = client.status(args.job_id, timeline=args.json)
         if args.json:
-            print(json.dumps(_with_goodput(document, now), indent=2, sort_keys=True))
+            view.print_json(status)
         else:
-            print(describe_job(document, now))
+            print(describe_job(status, now))
         return 0
-    documents = view.all_documents(store)
+    jobs = client.status()
     if args.json:
-        print(
-            json.dumps([_with_goodput(d, now, timeline=False) for d in documents], indent=2, sort_keys=True)
-        )
+        view.print_json(jobs)
         return 0
-    if not documents:
+    if not jobs:
         print("no jobs")
         return 0
-    rows = [_row(status_document(d, with_timeline=False), d, now) for d in documents]
+    rows = [_row(job, now) for job in jobs]
     print(
         view.table(
             ["JOB", "PHASE", "ATTEMPT", "PREEMPTIONS", "FAILURES", "CHECKPOINT", "AGE", "GOODPUT"], rows
@@ -69,57 +66,38 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _with_goodput(document: dict, now: float, *, timeline: bool = True) -> dict:
-    from controller.readmodel.goodput import compute
-    from controller.readmodel.jobs import status_document
-
-    out = status_document(document, with_timeline=timeline)
-    result = compute(document, now)
-    out["goodput"] = {
-        "ratio": result.ratio,
-        "totalSeconds": result.total,
-        "productiveSeconds": result.productive,
-        "lostSeconds": result.lost,
-        "waitingForCapacitySeconds": result.waiting_for_capacity,
-        "restartingSeconds": result.restarting,
-        "stepsPerSecond": result.step_rate,
-    }
-    return out
-
-
-def _ratio(document: dict, now: float) -> str:
-    from controller.readmodel.goodput import compute
-
-    ratio = compute(document, now).ratio
+def _ratio(job: dict) -> str:
+    ratio = job["goodput"]["ratio"]
     return "-" if ratio is None else f"{ratio:.0%}"
 
 
-def _row(doc: dict, stored: dict, now: float) -> list[str]:
+def _row(job: dict, now: float) -> list[str]:
     return [
-        doc["jobId"],
-        doc["phase"],
-        str(doc["attempt"]),
-        str(doc["preemptions"]),
-        str(doc["failures"]),
-        view.dash(doc["latestCheckpointStep"]),
-        view.age(doc["createdAt"], now),
-        _ratio(stored, now),
+        job["jobId"],
+        job["phase"],
+        str(job["attempt"]),
+        str(job["preemptions"]),
+        str(job["failures"]),
+        view.dash(job["latestCheckpointStep"]),
+        view.age(job["createdAt"], now),
+        _ratio(job),
     ]
 
 
-def describe_job(document: dict, now: float) -> str:
-    """The one-job page: summary lines, then one row per attempt."""
+def describe_job(doc: dict, now: float) -> str:
+    """The one-job page: summary lines, then one row per attempt. Every string that came from
+    the request or from Vertex goes through `printable`."""
     from controller.readmodel.goodput import compute
-    from controller.readmodel.jobs import status_document
 
-    doc = status_document(document, with_timeline=False)
+    name = printable(doc["displayName"]) if doc["displayName"] else ""
+    reason = printable(doc["terminalReason"]) if doc["terminalReason"] else ""
     lines = [
-        f"job:         {doc['jobId']}" + (f" ({doc['displayName']})" if doc["displayName"] else ""),
-        f"phase:       {doc['phase']}" + (f" ({doc['terminalReason']})" if doc["terminalReason"] else ""),
+        f"job:         {printable(doc['jobId'])}" + (f" ({name})" if name else ""),
+        f"phase:       {doc['phase']}" + (f" ({reason})" if reason else ""),
         f"created:     {view.utc(doc['createdAt'])} UTC ({view.age(doc['createdAt'], now)} ago)",
         f"attempts:    {doc['attempt']} ({doc['preemptions']} preemptions, {doc['failures']} failures)",
-        f"checkpoint:  step {view.dash(doc['latestCheckpointStep'])} under {doc['checkpointUri']}",
-        f"goodput:     {compute(document, now).summary()}",
+        f"checkpoint:  step {view.dash(doc['latestCheckpointStep'])} under {printable(doc['checkpointUri'])}",
+        f"goodput:     {compute(doc, now).summary()}",
     ]
     if doc["nextAttemptAt"] and doc["phase"] == "backing_off":
         lines.append(f"next:        attempt at {view.utc(doc['nextAttemptAt'])} UTC")

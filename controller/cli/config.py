@@ -1,0 +1,234 @@
+"""One place to configure the CLI, like gcloud properties.
+
+A property (`state_store`, `project`, ...) has one environment variable. Its value is the first
+of:
+
+1. the environment variable (`RELAUNCH_STATE_STORE=...`), as on Cloud Run;
+2. the devstack layer, `devstack.json` in the config directory, which `relaunch devstack up`
+   writes and `relaunch devstack down` removes, so the commands after it talk to the stand-ins;
+3. the user's file, `config.json` in the config directory, written by
+   `relaunch config set KEY VALUE`;
+4. the built-in default, if the property has one.
+
+The config directory is `$RELAUNCH_CONFIG_DIR`, else `$XDG_CONFIG_HOME/relaunch`, else
+`~/.config/relaunch`. `export_to_environ()` copies layers 2 and 3 into `os.environ` (never over a
+variable already set), so the Google client libraries (`PUBSUB_EMULATOR_HOST`) and the daemon's
+`Settings` see the same values as the CLI. Stdlib only: every verb reads it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+CONFIG_FILE = "config.json"
+DEVSTACK_FILE = "devstack.json"
+
+
+@dataclass(frozen=True)
+class Property:
+    name: str
+    env: str
+    description: str
+    default: str | None = None
+
+
+def default_state_store() -> str:
+    """A state store a user can write without root: `$XDG_STATE_HOME/relaunch/state.db`."""
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return f"sqlite://{(Path(base) / 'relaunch' / 'state.db').absolute()}"
+
+
+# The properties the CLI itself reads. Any other controller setting (a field of
+# controller.settings.Settings) may be set too, as its RELAUNCH_ variable.
+PROPERTIES: dict[str, Property] = {
+    p.name: p
+    for p in (
+        Property(
+            "state_store",
+            "RELAUNCH_STATE_STORE",
+            "where the controller keeps job state; the read verbs read it: sqlite:///path or "
+            "gs://bucket/prefix",
+        ),
+        Property(
+            "project", "RELAUNCH_PROJECT", "Google Cloud project of the topics and jobs", "relaunch-dev"
+        ),
+        Property("region", "RELAUNCH_REGION", "Vertex AI region", "us-central1"),
+        Property(
+            "requests_topic", "RELAUNCH_REQUESTS_TOPIC", "topic job requests go to", "relaunch-requests"
+        ),
+        Property(
+            "verdict_seconds",
+            "RELAUNCH_VERDICT_SECONDS",
+            "how long `submit` and `cancel` wait for the controller's verdict",
+            "60",
+        ),
+        Property(
+            "rpc_timeout_seconds", "RELAUNCH_RPC_TIMEOUT_SECONDS", "deadline of each Google API call", "30"
+        ),
+        Property(
+            "pubsub_emulator_host", "PUBSUB_EMULATOR_HOST", "host:port of a Pub/Sub emulator (devstack)"
+        ),
+        Property(
+            "storage_emulator_host", "STORAGE_EMULATOR_HOST", "URL of a Cloud Storage emulator (devstack)"
+        ),
+        Property("vertex_endpoint", "RELAUNCH_VERTEX_ENDPOINT", "host:port of a plaintext Vertex JobService"),
+        Property("devstack_control", "RELAUNCH_DEVSTACK_CONTROL", "URL of devstack's control server"),
+        Property(
+            "devstack_dir", "RELAUNCH_DEVSTACK_DIR", "devstack's state directory (`relaunch logs` reads it)"
+        ),
+        Property(
+            "create_subscriptions",
+            "RELAUNCH_CREATE_SUBSCRIPTIONS",
+            "let `relaunch controller` create missing topics and subscriptions",
+        ),
+    )
+}
+_ALIASES = {"GOOGLE_CLOUD_PROJECT": "project"}
+# Variables export_to_environ() set in this process: they are the files' values, not the user's.
+_EXPORTED: dict[str, str] = {}
+
+
+class ConfigError(ValueError):
+    """An unknown property name or an unreadable config file."""
+
+
+def config_dir() -> Path:
+    explicit = os.environ.get("RELAUNCH_CONFIG_DIR")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "relaunch"
+
+
+def _read(name: str) -> dict[str, str]:
+    path = config_dir() / name
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as error:
+        raise ConfigError(f"cannot read {path}: {error}") from error
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} is not a JSON object")
+    return {str(k): str(v) for k, v in data.items()}
+
+
+def _write(name: str, values: dict[str, str]) -> Path:
+    path = config_dir() / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(values, indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, path)  # a reader sees the old file or the new one, never half
+    return path
+
+
+def env_name(key: str) -> str:
+    """The environment variable of property `key`; ConfigError for a name nobody reads."""
+    if key in PROPERTIES:
+        return PROPERTIES[key].env
+    if key in _setting_names():
+        return f"RELAUNCH_{key.upper()}"
+    known = ", ".join(sorted(PROPERTIES))
+    raise ConfigError(f"unknown property {key!r} (the CLI's: {known}; or any controller setting, see README)")
+
+
+def _setting_names() -> set[str]:
+    # Only `config set/get` of a non-CLI name pays for importing pydantic.
+    from controller.settings import Settings
+
+    return set(Settings.model_fields)
+
+
+def key_for_env(variable: str) -> str | None:
+    if variable in _ALIASES:
+        return _ALIASES[variable]
+    for prop in PROPERTIES.values():
+        if prop.env == variable:
+            return prop.name
+    return None
+
+
+def lookup(key: str) -> tuple[str | None, str]:
+    """(value, where it came from: 'env VAR', 'devstack', 'config', 'default' or 'unset')."""
+    variable = env_name(key)
+    if os.environ.get(variable) and _EXPORTED.get(variable) != os.environ[variable]:
+        return os.environ[variable], f"env {variable}"
+    if key == "project" and os.environ.get("GOOGLE_CLOUD_PROJECT"):
+        return os.environ["GOOGLE_CLOUD_PROJECT"], "env GOOGLE_CLOUD_PROJECT"
+    for layer, name in (("devstack", DEVSTACK_FILE), ("config", CONFIG_FILE)):
+        values = _read(name)
+        if key in values:
+            return values[key], layer
+    default = default_state_store() if key == "state_store" else _default(key)
+    return (default, "default") if default is not None else (None, "unset")
+
+
+def _default(key: str) -> str | None:
+    prop = PROPERTIES.get(key)
+    return prop.default if prop else None
+
+
+def get(key: str) -> str | None:
+    return lookup(key)[0]
+
+
+def require(key: str) -> str:
+    """The value of `key`, or a ConfigError that says how to set it."""
+    value = get(key)
+    if not value:
+        raise ConfigError(missing(key))
+    return value
+
+
+def missing(key: str) -> str:
+    return f"{key} is not set: export {env_name(key)}=... or run `relaunch config set {key} VALUE`"
+
+
+def set_value(key: str, value: str) -> Path:
+    env_name(key)  # refuses unknown names
+    values = _read(CONFIG_FILE)
+    values[key] = value
+    return _write(CONFIG_FILE, values)
+
+
+def unset_value(key: str) -> bool:
+    values = _read(CONFIG_FILE)
+    if key not in values:
+        return False
+    del values[key]
+    _write(CONFIG_FILE, values)
+    return True
+
+
+def all_values() -> list[tuple[str, str | None, str]]:
+    """(key, value, source) for every CLI property and every other key found in a file."""
+    keys = set(PROPERTIES) | set(_read(CONFIG_FILE)) | set(_read(DEVSTACK_FILE))
+    return [(key, *lookup(key)) for key in sorted(keys)]
+
+
+def write_devstack_layer(values: dict[str, str]) -> Path:
+    return _write(DEVSTACK_FILE, values)
+
+
+def remove_devstack_layer() -> bool:
+    path = config_dir() / DEVSTACK_FILE
+    existed = path.exists()
+    path.unlink(missing_ok=True)
+    return existed
+
+
+def export_to_environ() -> None:
+    """Copy the file layers into os.environ where a variable is not already set (env wins)."""
+    for layer in (DEVSTACK_FILE, CONFIG_FILE):  # the devstack layer first: it overrides config
+        for key, value in _read(layer).items():
+            try:
+                variable = env_name(key) if key in PROPERTIES else f"RELAUNCH_{key.upper()}"
+            except ConfigError:
+                continue
+            if key == "project" and os.environ.get("GOOGLE_CLOUD_PROJECT"):
+                continue
+            if variable not in os.environ:
+                os.environ[variable] = _EXPORTED[variable] = value

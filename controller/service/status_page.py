@@ -1,0 +1,170 @@
+"""The controller's read-only status page: server-rendered HTML, no script, no build step.
+
+    GET /            every job: phase, attempt, preemptions, failures, latest checkpoint, goodput
+    GET /jobs/JOB    one job: its attempts, the picture `relaunch report --svg` draws, its timeline
+
+Everything shown that came from a request or from Vertex AI goes through `printable` (control
+and bidi characters shown as escapes) and then `html.escape`; the Content-Security-Policy
+forbids scripts and outside resources, so even a mistake here cannot run code. Reads go through
+the `ControllerApp` the HTTP server already has (status documents only).
+"""
+
+from __future__ import annotations
+
+import time
+from html import escape
+from urllib.parse import quote, unquote
+
+from controller.readmodel.goodput import compute, duration
+from controller.readmodel.picture import ENDING_COLOURS, attempts_svg
+from controller.readmodel.printable import printable
+
+JOB_PAGE_PREFIX = "/jobs/"
+CONTENT_TYPE = "text/html; charset=utf-8"
+HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; img-src data:",
+    "X-Content-Type-Options": "nosniff",
+    "Cache-Control": "no-store",
+}
+
+_STYLE = """
+body{font-family:system-ui,sans-serif;margin:1.5rem;color:#222}
+table{border-collapse:collapse;margin:.5rem 0 1.5rem}
+th,td{border-bottom:1px solid #ddd;padding:.3rem .7rem;text-align:left;font-size:.92rem}
+th{background:#f4f4f4} td.num{text-align:right} code{font-size:.85rem}
+.phase{font-weight:600} .succeeded{color:#2ca02c} .failed{color:#d62728}
+.running{color:#1f77b4} .backing_off,.waiting{color:#ff7f0e} .cancelled{color:#555}
+"""
+
+
+def handles(path: str) -> bool:
+    return path == "/" or path.startswith(JOB_PAGE_PREFIX)
+
+
+def render(path: str, app, now: float | None = None) -> tuple[int, str]:
+    """(HTTP status, HTML) for a GET of `path`; `app` is the server's ControllerApp."""
+    now = time.time() if now is None else now
+    if path == "/":
+        return 200, _page("Relaunch jobs", _job_table(app.list_job_documents(), now))
+    job_id = unquote(path[len(JOB_PAGE_PREFIX) :])
+    document = app.job_document(job_id) if job_id else None
+    if document is None:
+        body = f"<p>No job <code>{_text(job_id)}</code>. <a href='/'>All jobs</a></p>"
+        return 404, _page("No such job", body)
+    return 200, _page(f"Job {printable(job_id)}", _job_detail(document, now))
+
+
+def _text(value) -> str:
+    return escape(printable("" if value is None else value))
+
+
+def _page(title: str, body: str) -> str:
+    return (
+        "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
+        f"<title>{escape(title)}</title><style>{_STYLE}</style></head>"
+        f"<body><h1>{escape(title)}</h1>{body}"
+        f"<p><small>Relaunch controller status page, rendered {_utc(time.time())} UTC. "
+        "Read-only.</small></p></body></html>"
+    )
+
+
+def _utc(seconds: float | None) -> str:
+    if not seconds:
+        return "-"
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(seconds))
+
+
+def _ratio(document: dict, now: float) -> str:
+    ratio = compute(document, now).ratio
+    return "-" if ratio is None else f"{ratio:.0%}"
+
+
+def _phase(phase: str) -> str:
+    return f"<span class='phase {escape(phase)}'>{escape(phase)}</span>"
+
+
+def _job_table(documents: list[dict], now: float) -> str:
+    if not documents:
+        return "<p>No jobs yet.</p>"
+    rows = []
+    for doc in sorted(documents, key=lambda d: d.get("createdAt") or 0, reverse=True):
+        link = JOB_PAGE_PREFIX + quote(str(doc["jobId"]), safe="")
+        step = doc["latestCheckpointStep"]
+        rows.append(
+            "<tr>"
+            f"<td><a href='{escape(link)}'>{_text(doc['jobId'])}</a></td>"
+            f"<td>{_text(doc.get('displayName') or '')}</td>"
+            f"<td>{_phase(doc['phase'])}</td>"
+            f"<td class='num'>{doc['attempt']}</td>"
+            f"<td class='num'>{doc['preemptions']}</td>"
+            f"<td class='num'>{doc['failures']}</td>"
+            f"<td class='num'>{'-' if step is None else escape(str(step))}</td>"
+            f"<td class='num'>{_ratio(doc, now)}</td>"
+            f"<td>{_utc(doc['createdAt'])}</td>"
+            "</tr>"
+        )
+    head = (
+        "<tr><th>Job</th><th>Name</th><th>Phase</th><th>Attempt</th><th>Preemptions</th>"
+        "<th>Failures</th><th>Checkpoint</th><th>Goodput</th><th>Created (UTC)</th></tr>"
+    )
+    return f"<table id='jobs'>{head}{''.join(rows)}</table>"
+
+
+def _job_detail(doc: dict, now: float) -> str:
+    result = compute(doc, now)
+    reason = f" ({_text(doc['terminalReason'])})" if doc.get("terminalReason") else ""
+    summary = (
+        "<table id='summary'>"
+        f"<tr><th>Name</th><td>{_text(doc.get('displayName') or '')}</td></tr>"
+        f"<tr><th>Phase</th><td>{_phase(doc['phase'])}{reason}</td></tr>"
+        f"<tr><th>Attempts</th><td>{doc['attempt']} ({doc['preemptions']} preemptions, "
+        f"{doc['failures']} failures)</td></tr>"
+        f"<tr><th>Latest checkpoint</th><td>step {_text(doc['latestCheckpointStep'] or '-')} "
+        f"<code>{_text(doc.get('latestCheckpointUri') or doc['checkpointUri'])}</code></td></tr>"
+        f"<tr><th>Goodput</th><td>{escape(result.summary())}</td></tr>"
+        "</table>"
+    )
+    attempts = []
+    for a in doc["attempts"]:
+        ending = a["ending"]
+        colour = ENDING_COLOURS.get(ending or "", "#1f77b4")
+        how = f"{escape(ending)} ({_text(a['rule'])})" if ending else _text(a["vertexState"] or "requested")
+        attempts.append(
+            "<tr>"
+            f"<td class='num'>{a['number']}</td>"
+            f"<td><code>{_text((a['vertexJob'] or '-').rsplit('/', 1)[-1])}</code></td>"
+            f"<td>{'on-demand' if a['onDemand'] else 'spot'}</td>"
+            f"<td>{_utc(a['startedAt'])}</td><td>{_utc(a['endedAt'])}</td>"
+            f"<td style='color:{colour}'>{how}</td>"
+            f"<td class='num'>{_text(a['resumeFromStep'] if a['resumeFromStep'] is not None else '-')}</td>"
+            f"<td class='num'>{_text(a['checkpointStepAtEnd'] if a['checkpointStepAtEnd'] is not None else '-')}</td>"
+            f"<td>{_text(a['errorMessage'] or '')}</td>"
+            "</tr>"
+        )
+    attempt_table = (
+        "<h2>Attempts</h2><table id='attempts'><tr><th>#</th><th>Vertex job</th><th>VMs</th>"
+        "<th>Started (UTC)</th><th>Ended (UTC)</th><th>Ending (rule)</th><th>From step</th>"
+        "<th>Step at end</th><th>Error</th></tr>" + "".join(attempts) + "</table>"
+        if attempts
+        else "<p>No attempts yet.</p>"
+    )
+    timeline = doc.get("timeline", [])
+    picture = f"<h2>Picture</h2>{attempts_svg(doc, timeline, result, now)}" if doc["attempts"] else ""
+    entries = "".join(
+        f"<tr><td>{_utc(e.get('time'))}</td><td class='num'>{escape(str(e.get('attempt', 0)))}</td>"
+        f"<td>{_text(e.get('what', ''))}</td></tr>"
+        for e in sorted(timeline, key=lambda e: e.get("time") or 0)
+    )
+    timeline_table = (
+        "<h2>Timeline</h2><table id='timeline'><tr><th>Time (UTC)</th><th>Attempt</th>"
+        f"<th>What happened</th></tr>{entries}</table>"
+    )
+    elapsed = duration(result.total)
+    back = f"<p><a href='/'>All jobs</a> · job age {escape(elapsed)}</p>"
+    return back + summary + attempt_table + picture + timeline_table
+
+
+def response(path: str, app) -> tuple[int, bytes, str, dict[str, str]]:
+    """What the HTTP server sends: (status, body, content type, extra headers)."""
+    status, html = render(path, app)
+    return status, html.encode("utf-8"), CONTENT_TYPE, HEADERS
