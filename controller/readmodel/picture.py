@@ -12,6 +12,7 @@ from __future__ import annotations
 from html import escape
 
 from controller.readmodel.goodput import Goodput, duration, job_end
+from controller.readmodel.jobs import Json
 
 ENDING_COLOURS = {
     "preempted": "#ff7f0e",
@@ -28,10 +29,10 @@ _LEFT, _RIGHT, _TOP, _ROW, _BOTTOM = 90, 100, 30, 34, 60
 _WIDTH = 900
 
 
-def attempts_svg(view: dict, timeline: list[dict], result: Goodput, now: float) -> str:
+def attempts_svg(view: Json, timeline: list[Json], result: Goodput, now: float) -> str:
     """The picture of `view` (a status document) as a standalone <svg> element."""
     attempts = view["attempts"]
-    origin = view["createdAt"]
+    origin = float(view["createdAt"])
     end = max(job_end(view, now), origin + 1.0)
     plot = _WIDTH - _LEFT - _RIGHT
     height = _TOP + _ROW * max(1, len(attempts)) + _BOTTOM
@@ -106,7 +107,7 @@ def _bar(x0: float, x1: float, y: float, fill: str, title: str, opacity: float =
     )
 
 
-def _legend(y: float, attempts: list[dict]) -> str:
+def _legend(y: float, attempts: list[Json]) -> str:
     seen = []
     for attempt in attempts:
         ending = attempt.get("ending") or ("running" if attempt.get("startedAt") else None)
