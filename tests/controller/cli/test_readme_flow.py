@@ -4,8 +4,8 @@ detached devstack, a controller in the background and the real trainer on CPU. T
 be accepted, preempted after its first checkpoint, resumed and succeed.
 
 Only two things differ from a person's shell: the CLI's config and state directories are the
-test's own, and examples/demo.yaml is a copy with fewer steps (the words of the commands are
-unchanged), so the test takes about a minute.
+test's own, and examples/demo.yaml is a copy with more steps (400, so the preemption lands mid-training) (the words of the commands are
+unchanged), so the test takes one to two minutes.
 """
 
 from __future__ import annotations
@@ -55,7 +55,9 @@ def test_readme_manual_flow_survives_a_preemption(tmp_path):
     (work / "examples").mkdir(parents=True)
     demo = (ROOT / "examples" / "demo.yaml").read_text()
     assert '--steps, "200"' in demo
-    (work / "examples" / "demo.yaml").write_text(demo.replace('--steps, "200"', '--steps, "60"'))
+    # Enough steps that the preemption lands mid-training even when the controller first sees a
+    # checkpoint one reconcile period (5 s on an emulator) after it was committed.
+    (work / "examples" / "demo.yaml").write_text(demo.replace('--steps, "200"', '--steps, "400"'))
 
     env = {key: value for key, value in os.environ.items() if key not in DEVSTACK_VARIABLES}
     env.update(
@@ -83,7 +85,7 @@ def test_readme_manual_flow_survives_a_preemption(tmp_path):
     )
     out = done.stdout
     assert "accepted demo-gpt" in out
-    assert "demo-gpt: succeeded, attempt 2, checkpoint step 60" in out
+    assert "demo-gpt: succeeded, attempt 2, checkpoint step 400" in out
     status = out[out.index("+ relaunch status demo-gpt") :]
     assert "preempted (" in status and "succeeded (" in status
     logs = out[out.index("+ relaunch logs demo-gpt --attempt 2") : out.index("+ kill %1")]
