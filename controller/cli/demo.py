@@ -1,10 +1,12 @@
 """`relaunch demo`: the whole story on one machine, in a few minutes.
 
 devstack (Pub/Sub, GCS, Vertex stand-ins) + the controller as a real process + the trainer's
-built-in GPT example as a 2-node x 2-process Spot job. The demo publishes `examples/demo.yaml`,
-preempts the job mid-training the way a Spot reclaim does, lets the controller notice and resubmit
-from the latest committed checkpoint, and finally runs the same request once more without any
-preemption to show the two runs end with exactly the same loss.
+built-in GPT example as a 2-node x 2-process Spot job. The demo publishes `examples/demo.yaml` and
+reclaims the job twice mid-training, the two ways Vertex may answer a Spot reclaim: first Vertex
+restarts it in place (the trainer resumes from the emergency checkpoint the attempt itself
+wrote), then it fails it, and the controller resubmits from the latest committed checkpoint.
+Finally it runs the same request once more without any preemption, to show the two runs end with
+exactly the same loss.
 """
 
 from __future__ import annotations
@@ -91,6 +93,10 @@ class Demo:
 
         self.say(f"starting devstack (Pub/Sub, Cloud Storage, Vertex AI stand-ins) in {self.dir}")
         self.stack = DevStack(str(self.dir / "devstack")).start()
+        # Relaunch renders `disableRetries: true`; whether that also stops Vertex's in-place
+        # restarts after a Spot reclaim is undocumented (devstack/README.md). The demo takes the
+        # answer "it does not", so that both outcomes of a reclaim are shown.
+        self.stack.configure(disable_retries_stops_reclaim_restarts=False)
         self.env = self.stack.env()
         os.environ.update(self.env)
         storage.Client(
@@ -156,15 +162,18 @@ class Demo:
         )
 
     def follow(self, job_id: str, *, preempt: bool) -> dict:
-        """Print the job's timeline as it grows; preempt attempt 1 once it has checkpoints."""
+        """Print the job's timeline as it grows. With `preempt`, reclaim attempt 1 twice, the two
+        ways Vertex may answer a Spot reclaim: first it restarts the job in place (same attempt,
+        same environment: the trainer resumes from the checkpoint this attempt itself wrote),
+        then, restarts used up, it fails the job, and Relaunch submits attempt 2."""
         from trainer import storage
 
         shown = 0
-        preempted = False
+        reclaims: list[int] = []  # the newest committed step at each reclaim
         checkpoint_uri = None
 
         def step() -> dict | None:
-            nonlocal shown, preempted, checkpoint_uri
+            nonlocal shown, checkpoint_uri
             doc = self._job(job_id)
             if doc is None:
                 return None
@@ -172,21 +181,33 @@ class Demo:
             for entry in doc.get("timeline", [])[shown:]:
                 self.say(f"  {job_id}: {entry['what']}")
             shown = len(doc.get("timeline", []))
-            if preempt and not preempted and doc["phase"] == "running" and doc["attempt"] == 1:
+            if preempt and len(reclaims) < 2 and doc["phase"] == "running" and doc["attempt"] == 1:
                 steps = storage.list_committed_steps(checkpoint_uri)
-                if len(steps) >= self.options.preempt_after_checkpoints:
-                    name = doc["attempts"][-1]["vertexJob"]
+                name = doc["attempts"][-1]["vertexJob"]
+                if not reclaims and len(steps) >= self.options.preempt_after_checkpoints:
                     self.say(
-                        f"SPOT RECLAIM: preempting {name} (checkpoints committed at steps "
-                        f"{steps}); replicas get SIGTERM and 20 s to save"
+                        f"SPOT RECLAIM 1: preempting {name} (checkpoints committed at steps {steps}); "
+                        "replicas get SIGTERM and 20 s to save, then Vertex restarts the job in place"
                     )
-                    self.stack.preempt(name, grace_seconds=20)
-                    preempted = True
+                    self.stack.preempt(name, grace_seconds=20, end_job=False)
+                    reclaims.append(steps[-1])
+                elif len(reclaims) == 1 and steps and steps[-1] > _emergency_step(checkpoint_uri):
+                    # A commit after the emergency save: the restarted gang is training again.
+                    self.say(
+                        f"  {job_id}: attempt 1, restarted in place, resumed from the emergency checkpoint "
+                        f"it wrote (step {_emergency_step(checkpoint_uri)}) and committed step {steps[-1]}"
+                    )
+                    self.say(
+                        f"SPOT RECLAIM 2: preempting {name} again; no restarts left, so the job fails "
+                        "and Relaunch must resubmit"
+                    )
+                    self.stack.preempt(name, grace_seconds=20, end_job=True)
+                    reclaims.append(steps[-1])
             return doc if doc["phase"] in TERMINAL_PHASE_NAMES else None
 
         doc = self._wait(step, self.options.timeout, f"job {job_id} to finish")
-        if preempt and not preempted:
-            raise DemoFailed("the job finished before it could be preempted; use more --steps")
+        if preempt and len(reclaims) < 2:
+            raise DemoFailed("the job finished before it could be preempted twice; use more --steps")
         return doc
 
     def final_loss(self, doc: dict) -> tuple[str, str]:
@@ -210,6 +231,16 @@ class Demo:
             self.stack.stop()
         if not self.options.keep:
             shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _emergency_step(uri: str) -> float:
+    """The step attempt 1's emergency save committed on SIGTERM; infinity until it has."""
+    from trainer import storage
+
+    record = storage.read_exit_record(uri, 1)
+    if record is None or record.reason != "preempted" or not record.checkpoint_saved:
+        return float("inf")
+    return record.last_committed_step if record.last_committed_step is not None else float("inf")
 
 
 def _exit_records(uri: str, attempts: list[dict]) -> dict[int, object]:
