@@ -110,7 +110,7 @@ class Client:
     @classmethod
     def from_config(cls, **overrides: Any) -> Client:
         """A client with the CLI's settings (environment, `relaunch config`, devstack)."""
-        from controller.cli import config
+        from controller import userconfig as config
 
         config.export_to_environ()  # PUBSUB_EMULATOR_HOST etc. for the Google clients
         values: dict[str, Any] = {

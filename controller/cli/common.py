@@ -34,8 +34,8 @@ def fail(message: str, status: int) -> int:
 def guarded(what: str, action: Callable[[], int]) -> int:
     """Run a verb's body; unreachable services, unknown jobs and missing settings become one
     line and exit 1. `what` says what was being done ("read job state"), the error why."""
-    from controller.cli.config import ConfigError
     from controller.client import ClientError
+    from controller.userconfig import ConfigError
 
     try:
         return action()

@@ -79,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from controller.cli import config
+    from controller import userconfig as config
 
     try:
         config.export_to_environ()  # `relaunch config` and the devstack layer, under the env

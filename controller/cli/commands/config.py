@@ -54,7 +54,7 @@ def _usage(parser) -> int:
 
 
 def _checked(run):
-    from controller.cli.config import ConfigError
+    from controller.userconfig import ConfigError
 
     try:
         return run()
@@ -63,7 +63,7 @@ def _checked(run):
 
 
 def _set(args) -> int:
-    from controller.cli import config
+    from controller import userconfig as config
 
     def run() -> int:
         path = config.set_value(args.key, args.value)
@@ -81,7 +81,7 @@ def _set(args) -> int:
 
 
 def _get(args) -> int:
-    from controller.cli import config
+    from controller import userconfig as config
 
     def run() -> int:
         value, _ = config.lookup(args.key)
@@ -94,7 +94,7 @@ def _get(args) -> int:
 
 
 def _unset(args) -> int:
-    from controller.cli import config
+    from controller import userconfig as config
 
     def run() -> int:
         config.env_name(args.key)
@@ -108,7 +108,7 @@ def _unset(args) -> int:
 
 
 def _list(args) -> int:
-    from controller.cli import config
+    from controller import userconfig as config
 
     def run() -> int:
         rows = config.all_values()

@@ -34,7 +34,7 @@ def register(subparsers) -> None:
 
 def apply_defaults() -> None:
     """Fill in what a controller run by hand needs and an operator would not think to set."""
-    from controller.cli import config
+    from controller import userconfig as config
 
     if not os.environ.get("RELAUNCH_STATE_STORE"):
         os.environ["RELAUNCH_STATE_STORE"] = config.get("state_store") or config.default_state_store()

@@ -181,7 +181,7 @@ def _prepare(state: Path, env: dict[str, str]) -> None:
     topics and subscriptions (so a request published before the controller starts is kept),
     and the CLI's devstack config layer (so the next commands, in any shell, use this devstack
     and a controller state store inside it)."""
-    from controller.cli import config
+    from controller import userconfig as config
 
     saved = dict(os.environ)
     os.environ.update(env)  # the Google clients below talk to the stand-ins
@@ -276,7 +276,7 @@ def _down(args) -> int:
 
 def _forget(state: Path) -> None:
     """Remove the CLI's devstack layer if it is this devstack's."""
-    from controller.cli import config
+    from controller import userconfig as config
 
     if config.get("devstack_dir") == str(state):
         config.remove_devstack_layer()

@@ -84,7 +84,7 @@ def _run(args: argparse.Namespace) -> int:
     if directory is not None:
         lines = local_lines(directory / "vertex" / vertex_id / f"{args.replica}.log", args.follow, ended)
     else:
-        from controller.cli import config
+        from controller import userconfig as config
 
         lines = cloud_lines(
             config.require("project"),
@@ -103,7 +103,7 @@ def _run(args: argparse.Namespace) -> int:
 
 def devstack_dir() -> Path | None:
     """devstack's state directory when the CLI is pointed at a devstack, else None."""
-    from controller.cli import config
+    from controller import userconfig as config
 
     named = config.get("devstack_dir")
     if named:

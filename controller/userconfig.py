@@ -1,4 +1,4 @@
-"""One place to configure the CLI, like gcloud properties.
+"""The CLI's and the Python client's configuration, like gcloud properties (stdlib only).
 
 A property (`state_store`, `project`, ...) has one environment variable. Its value is the first
 of:
