@@ -9,6 +9,16 @@ Everything that reaches the controller ends up here (requests first pass `servic
   - `on_hint(vertex_job_id)`: a Vertex job-state log entry; the job is then read with Get;
   - `reconcile()`: the periodic list-by-label pass plus a timer tick for every live job;
   - `fire_due_timers()`: backoff wake-ups.
+
+Leadership: every side effect (CreateCustomJob, CancelCustomJob, a paging alert) first asks
+`guard`, which raises `LeaseNotHeld` once this controller may no longer act; a state write the
+store refuses as `Fenced` means another controller leads. Either way the engine reports it once
+through `on_deposed` (the daemon steps down at once) and raises `Deposed`: nothing further
+happens for that event here; the new leader re-derives it from the stored state.
+
+Cancels: the intake records a cancel as a create-only `cancels/{job}` record (any instance may,
+even before the job's request has arrived). The engine applies it whenever it touches the job
+(a timer, a reconcile pass), so a cancel is never lost whatever order things arrive in.
 """
 
 from __future__ import annotations
@@ -26,6 +36,8 @@ from google.api_core import exceptions as gexc
 from google.cloud import aiplatform_v1
 
 from controller import logs
+from controller.adapters.checkpoints import CheckpointsUnreadable
+from controller.adapters.lease import LeaseNotHeld
 from controller.adapters.vertex import (
     SubmitRejected,
     VertexBackend,
@@ -51,10 +63,18 @@ from controller.request.render import build_custom_job
 from controller.service.alerts import AlertSink, ReconcileHealth
 from controller.service.timers import TimerQueue
 from controller.settings import Settings
-from controller.store import StateStore, VersionConflict
-from controller.store.keys import JOBS_PREFIX, job_key
+from controller.store import Fenced, StateStore, VersionConflict
+from controller.store.keys import CANCELS_PREFIX, JOBS_PREFIX, cancel_key, job_key
 
 log = logs.get("relaunch.engine")
+
+
+class Deposed(RuntimeError):
+    """This controller is not the leader any more (lease ran out, or a write was fenced)."""
+
+
+def _always_allowed(what: str) -> float:
+    return float("inf")
 
 
 @dataclass
@@ -76,6 +96,8 @@ class Engine:
         rng: random.Random | None = None,
         fence: Callable[[], int] = lambda: 0,
         is_leader: Callable[[], bool] = lambda: True,
+        guard: Callable[[str], float] = _always_allowed,
+        on_deposed: Callable[[str], None] = lambda reason: None,
     ):
         self.settings = settings
         self.store = deps.store
@@ -87,6 +109,8 @@ class Engine:
         self.rng = rng or random.Random()
         self.fence = fence
         self.is_leader = is_leader
+        self.guard = guard
+        self._on_deposed = on_deposed
         self.core_config = CoreConfig(
             submit_retry_seconds=settings.submit_retry_seconds,
             capacity_wait_alert_seconds=settings.capacity_wait_alert_seconds,
@@ -123,18 +147,69 @@ class Engine:
         with self._lock(job_id):
             events: list[ev.Event] = []
             exit_reason = None
-            if state_name in VERTEX_TERMINAL:
+            if state_name in VERTEX_TERMINAL and self._is_recorded(record, attempt, job.name):
                 # Learn the latest committed checkpoint and the trainer's exit record first: the
-                # core classifies the ending and measures progress with them.
+                # core classifies the ending and measures progress with them. Only for the job the
+                # store recorded: a duplicate's record must not speak for the real attempt.
                 uri = record.document["request"]["checkpoint"]["uri"]
-                latest = self.checkpoints.latest(uri)
-                if latest is not None:
-                    events.append(ev.CheckpointObserved(latest.step, latest.uri))
-                record_ = self.checkpoints.exit_record(uri, attempt)
-                exit_reason = record_.reason if record_ is not None else None
+                try:
+                    latest = self.checkpoints.latest(uri)
+                    if latest is not None:
+                        events.append(ev.CheckpointObserved(latest.step, latest.uri))
+                    record_ = self.checkpoints.exit_record(uri, attempt, vertex_job_id=job.name)
+                    exit_reason = record_.reason if record_ is not None else None
+                except CheckpointsUnreadable as error:
+                    # Not a passing fault: waiting cannot help, and the ending must still be applied.
+                    # Progress is unknown; the classifier goes by Vertex's account alone.
+                    self._checkpoints_unreadable(job_id, attempt, error)
             events.append(observed_event(job, attempt, exit_reason))
             for event in events:
                 self.apply(job_id, event)
+
+    @staticmethod
+    def _is_recorded(record, attempt: int, vertex_name: str) -> bool:
+        """Is `vertex_name` the job the store recorded for `attempt` (or none is recorded yet)?"""
+        for recorded in record.document["state"].get("attempts", []):
+            if recorded.get("number") == attempt:
+                return recorded.get("vertex_name") in (None, vertex_name)
+        return False
+
+    def _checkpoints_unreadable(self, job_id: str, attempt: int, error: CheckpointsUnreadable) -> None:
+        log.error(
+            "checkpoints unreadable; progress unknown",
+            job_id=job_id,
+            attempt=attempt,
+            bucket=error.bucket,
+            permission=error.permission,
+            error=str(error),
+        )
+        self._alert(
+            "checkpoints_unreadable",
+            "ERROR",
+            f"job {job_id}: cannot read gs://{error.bucket} ({error.permission} needed): {error.reason}; "
+            "attempt endings are applied with progress unknown",
+            job_id=job_id,
+            attempt=attempt,
+            details={"bucket": error.bucket, "permission": error.permission, "reason": error.reason},
+        )
+
+    def _alert(self, kind: str, severity: str, summary: str, **fields) -> None:
+        """A paging alert: only the leader sends it (a deposed one would page for a stale view)."""
+        self._guarded("send an alert")
+        self.alerts.raise_alert(kind, severity, summary, **fields)
+        if self.metrics is not None:
+            self.metrics.alert(kind)
+
+    def _guarded(self, what: str) -> None:
+        try:
+            self.guard(what)
+        except LeaseNotHeld as error:
+            self._deposed(str(error))
+
+    def _deposed(self, reason: str) -> None:
+        self.timers.clear()
+        self._on_deposed(reason)
+        raise Deposed(reason)
 
     def reconcile(self) -> None:
         """Level-triggered pass: list our Vertex jobs, feed what is seen, tick every live job.
@@ -153,12 +228,19 @@ class Engine:
             seen.add(job.name)
             try:
                 self.observe(job)
+            except Deposed:
+                raise
             except Exception as error:
                 errors.append(f"{job.name}: {error}")
                 log.exception("reconcile: observing a job failed", vertex_job=job.name)
         live = self.live_states()
+        cancelled = {r.key[len(CANCELS_PREFIX) :] for r in self.store.list(CANCELS_PREFIX)}
         for state in sorted(live, key=lambda s: s.current.intent_at if s.current else s.created_at):
             try:
+                if state.job_id in cancelled and not state.cancel_requested:
+                    state = self.apply(state.job_id, ev.CancelRequested()) or state
+                    if state.phase.terminal:
+                        continue
                 current = state.current
                 if current and current.vertex_name and not current.ended and current.vertex_name not in seen:
                     # Listed moments ago and not there: confirm with Get before believing it.
@@ -170,6 +252,8 @@ class Engine:
                 elif current and not current.ended and current.vertex_name:
                     self._probe_progress(state)
                 self.apply(state.job_id, ev.TimerFired())
+            except Deposed:
+                raise
             except Exception as error:
                 errors.append(f"{state.job_id}: {error}")
                 log.exception("reconcile: job failed to converge", job_id=state.job_id)
@@ -181,7 +265,11 @@ class Engine:
 
     def _probe_progress(self, state: JobState) -> None:
         request = self._request(state.job_id)
-        latest = self.checkpoints.latest(request.checkpoint_uri)
+        try:
+            latest = self.checkpoints.latest(request.checkpoint_uri)
+        except CheckpointsUnreadable as error:
+            self._checkpoints_unreadable(state.job_id, state.current.number, error)
+            return
         if latest is not None and (
             state.latest_checkpoint_step is None or latest.step > state.latest_checkpoint_step
         ):
@@ -191,11 +279,22 @@ class Engine:
         fired = 0
         for job_id in self.timers.pop_due():
             try:
-                self.apply(job_id, ev.TimerFired())
+                self.poke(job_id)
                 fired += 1
+            except Deposed:
+                raise
             except Exception:
                 log.exception("timer: job failed to converge", job_id=job_id)
         return fired
+
+    def poke(self, job_id: str) -> JobState | None:
+        """Re-derive what a job needs now: a recorded cancel first, then a timer tick."""
+        state = None
+        if self.store.get(cancel_key(job_id)) is not None:
+            state = self.apply(job_id, ev.CancelRequested())
+        if state is None or not state.phase.terminal:
+            state = self.apply(job_id, ev.TimerFired())
+        return state
 
     # ==== the loop: decide, persist, act ===================================================
     def apply(self, job_id: str, event: ev.Event) -> JobState | None:
@@ -203,12 +302,17 @@ class Engine:
         with self._lock(job_id):
             pending: list[ev.Event] = [event]
             state = None
-            while pending:
-                state, actions = self._decide_and_store(job_id, pending.pop(0))
-                if state is None:
-                    return None
-                for action in actions:
-                    pending.extend(self._execute(state, action))
+            try:
+                while pending:
+                    state, actions = self._decide_and_store(job_id, pending.pop(0))
+                    if state is None:
+                        return None
+                    for action in actions:
+                        pending.extend(self._execute(state, action))
+            except Fenced as error:
+                self._deposed(f"state write refused: {error}")
+            except LeaseNotHeld as error:
+                self._deposed(str(error))
             return state
 
     def _decide_and_store(self, job_id: str, event: ev.Event) -> tuple[JobState | None, tuple[Action, ...]]:
@@ -242,13 +346,13 @@ class Engine:
             return self._submit(state, action)
         if isinstance(action, CancelVertexJob):
             bound.info("cancelling vertex job", vertex_job=action.vertex_name, for_attempt=action.attempt)
-            self.vertex.cancel(action.vertex_name)
+            self.vertex.cancel(action.vertex_name, guard=self.guard)
             return []
         if isinstance(action, ScheduleWakeup):
             self.timers.schedule(job_id, action.at)
             return []
         if isinstance(action, RaiseAlert):
-            self.alerts.raise_alert(
+            self._alert(
                 action.kind,
                 action.severity,
                 action.summary,
@@ -256,8 +360,6 @@ class Engine:
                 attempt=attempt,
                 details=action.details,
             )
-            if self.metrics is not None:
-                self.metrics.alert(action.kind)
             return []
         if isinstance(action, MarkTerminal):
             (bound.info if action.phase == "succeeded" else bound.warning)(
@@ -283,7 +385,7 @@ class Engine:
         _crash_point("after-intent")
         try:
             submission = self.vertex.ensure_attempt(
-                job_id, action.attempt, build, create=action.create_if_missing
+                job_id, action.attempt, build, create=action.create_if_missing, guard=self.guard
             )
         except SubmitRejected as error:
             bound.error("vertex rejected the job", error=str(error))
@@ -291,11 +393,14 @@ class Engine:
         except gexc.GoogleAPICallError as error:
             bound.warning("submission failed; will retry", error=str(error))
             return [ev.SubmitFailed(action.attempt, str(error), permanent=False)]
-        for duplicate in submission.duplicates:
-            bound.warning("second vertex job for one attempt; cancelling it", vertex_job=duplicate)
-            self.vertex.cancel(duplicate)
         if submission.job is None:
             return [ev.AttemptNotFound(action.attempt)]
+        if submission.duplicates:
+            # One rule, the core's: the job the store recorded survives, every other is cancelled.
+            bound.warning(
+                "more than one vertex job for one attempt",
+                vertex_jobs=[submission.job.name, *submission.duplicates],
+            )
         if submission.created:
             _crash_point("after-create")
             if self.metrics is not None:
@@ -311,7 +416,10 @@ class Engine:
             )
         else:
             bound.info("adopted existing vertex job", vertex_job=submission.job.name)
-        return [ev.AttemptSubmitted(action.attempt, submission.job.name)]
+        return [
+            ev.AttemptSubmitted(action.attempt, name)
+            for name in (submission.job.name, *submission.duplicates)
+        ]
 
     # ==== views ============================================================================
     def live_states(self) -> list[JobState]:
