@@ -5,6 +5,7 @@ devstack (RELAUNCH_DEVSTACK_CONTROL names the server).
     POST /stockout  {"queue_seconds": 0, "fail": false, "region_wide_until": null}
     POST /faults    {"rate": 0.2, "codes": ["UNAVAILABLE"], "seed": null}
     POST /quota     {"enabled": true, "creates_per_minute": 60, "other_per_minute": 600}
+    POST /gcs       {"outage": true} and/or {"bucket": NAME, "status": 403 | null}
     GET  /status    -> {"pid": .., "dir": .., "env": {..}, "jobs": [{name, state, ..}]}
 
 Errors come back as {"error": message} with 400 (bad input) or 404 (unknown job).
@@ -67,7 +68,12 @@ def _quota(target, body):
     return {}
 
 
-_POSTS = {"/preempt": _preempt, "/stockout": _stockout, "/faults": _faults, "/quota": _quota}
+def _gcs(target, body):
+    target.gcs_faults(outage=body.get("outage"), bucket=body.get("bucket"), status=body.get("status"))
+    return {}
+
+
+_POSTS = {"/gcs": _gcs, "/preempt": _preempt, "/stockout": _stockout, "/faults": _faults, "/quota": _quota}
 
 
 class _Handler(BaseHTTPRequestHandler):
