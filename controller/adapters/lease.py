@@ -90,6 +90,7 @@ class Lease:
         self._acquired_at = 0.0
         # Another holder's generation and when (our clock) we first saw it.
         self._observed: tuple[int, float] | None = None
+        self._abandoned = False
         self._log = _log.bind(holder=holder_id, lease=f"gs://{bucket}/{self._blob.name}")
 
     @property
@@ -120,10 +121,13 @@ class Lease:
         return left
 
     def abandon(self) -> None:
-        """Stop believing we lead, at once (a fenced write told us someone else does)."""
+        """Stop believing we lead, at once (a fenced write told us someone else does).
+
+        A renewal in flight meanwhile does not revive it; only a later `try_acquire` can."""
+        self._abandoned = True
         self._held_until = 0.0
         with self._lock:
-            self._generation = None
+            self._set_held(None)
 
     def _set_held(self, generation: int | None, started_at: float = 0.0) -> None:
         self._generation = generation
@@ -203,6 +207,7 @@ class Lease:
                 self._set_held(None)
                 return False
             self._fence, self._acquired_at, self._observed = generation, acquired_at, None
+            self._abandoned = False
             self._log.info(
                 "lease acquired",
                 fence=generation,
@@ -233,7 +238,8 @@ class Lease:
             self._log.warning("lease lost: another controller wrote it")
             self._set_held(None)
             return False
-        if self._generation is None:  # abandoned while the write was in flight
+        if self._abandoned:  # abandoned while the write was in flight
+            self._set_held(None)
             return False
         self._set_held(generation, started)
         return True
