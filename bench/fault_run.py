@@ -32,6 +32,7 @@ def main() -> int:
     parser.add_argument("--controllers", type=int, default=2)
     parser.add_argument("--jobs-per-minute", type=float, default=12.0)
     parser.add_argument("--mean-fault-gap", type=float, default=2.0, help="mean seconds between faults")
+    parser.add_argument("--steps", type=int, default=80, help="steps of 0.1 s per job (checkpoint every 10)")
     parser.add_argument("--workdir", default=None, help="keep logs and checkpoints here")
     args = parser.parse_args()
 
@@ -58,6 +59,8 @@ def main() -> int:
                 controllers=args.controllers,
                 jobs_per_minute=args.jobs_per_minute,
                 mean_fault_gap_seconds=args.mean_fault_gap,
+                steps=args.steps,
+                every=10,
             )
             report = FaultRun(stack, workdir / f"seed-{seed}", config, bucket=bucket).run()
             print(json.dumps(report.summary()), flush=True)

@@ -319,6 +319,8 @@ class FaultRun:
                         counts["preemptions"] += 1
                 except KeyError:
                     pass
+            else:
+                counts["preemptions skipped (nothing running)"] += 1
         elif step.kind in ("vertex_faults", "vertex_outage"):
             rate = 1.0 if step.kind == "vertex_outage" else 0.3
             self.devstack.faults(rate, VERTEX_FAULT_CODES if rate < 1 else ["UNAVAILABLE"], self.config.seed)

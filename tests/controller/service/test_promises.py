@@ -93,7 +93,10 @@ def test_a_cancel_that_arrives_before_its_request_is_honoured(
     topic = settings["RELAUNCH_REQUESTS_TOPIC"]
     publish(PROJECT, topic, b'{"jobId": "early-cancel", "action": "cancel"}')
     wait_for(
-        lambda: any(line.get("message") == "cancel recorded" for line in controller.log_lines()),
+        lambda: any(
+            line.get("message") == "request handled" and line.get("job_id") == "early-cancel"
+            for line in controller.log_lines()
+        ),
         what="the cancel handled",
     )
     publish(PROJECT, topic, request("early-cancel", bucket, args=["--steps", "3"]))
