@@ -197,12 +197,18 @@ def test_a_gcs_outage_leaves_every_controller_up_standing_by_and_degraded_once(
         lambda: all(tried_three_times(c) for c in (a, b)), timeout=60, what="three failed lease tries each"
     )
     assert a.proc.poll() is None and b.proc.poll() is None, "a controller exited during the outage"
+    # A request published now cannot be recorded yet; it must not be lost either.
+    publish(PROJECT, config["RELAUNCH_REQUESTS_TOPIC"], request("in-outage", bucket, args=["--steps", "3"]))
     gcs_outage(False)
 
     wait_for(lambda: any("leader" in c.ready()[1] for c in (a, b)), timeout=60, what="a leader again")
     for controller in (a, b):
         controller.wait_ready(timeout=60)
     assert a.proc.poll() is None and b.proc.poll() is None
+    wait_for(
+        lambda: any((d := c.job("in-outage")) and d["phase"] == "succeeded" for c in (a, b)),
+        what="the request published during the outage ran",
+    )
     states = read_alert_states(subscriber, alerts)
     degraded = [state for kind, state in states if kind == "controller_degraded"]
     # Each instance pages once and resolves once; nobody pages again for the same outage.
