@@ -149,7 +149,8 @@ class CheckpointProbe:
     ) -> layout.ExitRecord | None:
         """The trainer's own account of how `attempt` ended, or None if it left none.
 
-        `vertex_job_id` names the CustomJob the store recorded for the attempt. Records are
+        `vertex_job_id` (the numeric id that ends the CustomJob's resource name, what replicas see
+        as CLOUD_ML_JOB_ID) names the CustomJob the store recorded for the attempt. Records are
         keyed by attempt number today (`trainer.layout.exit_record_path`); once the trainer keys
         them by Vertex job id as well, this is the one place that reads the keyed record first,
         so a cancelled duplicate's record can never speak for the recorded job.

@@ -156,7 +156,9 @@ class Engine:
                     latest = self.checkpoints.latest(uri)
                     if latest is not None:
                         events.append(ev.CheckpointObserved(latest.step, latest.uri))
-                    record_ = self.checkpoints.exit_record(uri, attempt, vertex_job_id=job.name)
+                    record_ = self.checkpoints.exit_record(
+                        uri, attempt, vertex_job_id=job.name.rsplit("/", 1)[-1]
+                    )
                     exit_reason = record_.reason if record_ is not None else None
                 except CheckpointsUnreadable as error:
                     # Not a passing fault: waiting cannot help, and the ending must still be applied.

@@ -1,10 +1,15 @@
 """Promises under faults that one engine shows against devstack: an unreadable checkpoint bucket
-does not stop a job's ending, and a cancel reaching a deposed instance is still recorded."""
+does not stop a job's ending, a cancel reaching a deposed instance is still recorded, and of two
+CustomJobs for one attempt the recorded one survives."""
 
 from __future__ import annotations
 
 from google.cloud import aiplatform_v1
 
+from controller.adapters.vertex import VertexBackend
+from controller.core import events as ev
+from controller.request import parse_request
+from controller.request.render import build_custom_job
 from tests.support.engine import accept, drive, read_alerts, request, terminal, vertex_jobs_for
 
 LONG = ["--steps", "100000", "--step-seconds", "0.05"]
@@ -51,3 +56,48 @@ def test_a_cancel_reaching_a_deposed_instance_is_recorded_not_refused(devstack, 
     assert all(
         j.state.name.endswith(("CANCELLED", "CANCELLING")) for j in vertex_jobs_for(devstack, "fenced-cancel")
     )
+
+
+class _RacedBackend(VertexBackend):
+    """Our own adapter, raced: while this controller looks the attempt up, another controller
+    creates a CustomJob for it and records that one in the store."""
+
+    def __init__(self, settings, engine, **kwargs):
+        super().__init__(settings, **kwargs)
+        self.engine = engine
+        self.raced: str | None = None
+
+    def ensure_attempt(self, job_id, attempt, build, **kwargs):
+        if self.raced is None:
+            other = self.client.create_custom_job(parent=self.parent, custom_job=build(), timeout=30)
+            self.raced = other.name
+            self.engine.apply(job_id, ev.AttemptSubmitted(attempt, other.name))
+        return super().ensure_attempt(job_id, attempt, build, **kwargs)
+
+
+def test_duplicates_keep_the_recorded_custom_job_and_never_end_the_job(
+    devstack, bucket, make_engine, alerts_topic
+):
+    """Finding 1: the adapter kept the oldest duplicate and cancelled the others while the core
+    kept the one the store recorded: both were cancelled, and the job ended "cancelled outside
+    Relaunch" although nobody had cancelled it."""
+    engine = make_engine()
+    body = request("dup-1", bucket, args=["--steps", "3"])
+    older = engine.vertex.client.create_custom_job(
+        parent=engine.vertex.parent,
+        custom_job=build_custom_job(parse_request(body), 1, resume_from=None, on_demand=False),
+        timeout=30,
+    )
+    engine.vertex = _RacedBackend(engine.settings, engine, retry_max_wait=0.5)
+    assert accept(engine, body).status == "accepted"
+
+    doc = drive(engine, "dup-1", terminal, timeout=60)
+
+    assert doc["phase"] == "succeeded", doc
+    assert doc["attempts"][0]["vertexJob"] == engine.vertex.raced
+    states = {j.name: j.state.name for j in vertex_jobs_for(devstack, "dup-1")}
+    assert states[engine.vertex.raced].endswith("SUCCEEDED"), states
+    assert states[older.name].endswith(("CANCELLED", "CANCELLING")), states
+    assert not [
+        a for a in read_alerts(alerts_topic[1], want=1, timeout=5) if a["kind"] == "job_cancelled_externally"
+    ]
