@@ -132,6 +132,11 @@ class Report:
         }
 
 
+def _serving(process: ControllerProcess) -> bool:
+    """Up and answering HTTP (ready or not): past start-up, where a fault means something."""
+    return process.proc.poll() is None and process.ready()[1] != "not listening"
+
+
 class _LiveWatcher:
     """Samples Vertex while the run goes: two live CustomJobs of one job is a violation."""
 
@@ -293,15 +298,24 @@ class FaultRun:
         elif step.kind == "kill":
             slot = int(step.target)
             victim = self.slots[slot]
-            if victim is not None:
-                victim.resume()  # a paused one is killed too (its SIGCONT is then moot)
-                victim.kill()
-                self.retired.append(victim)
-                counts["kills"] += 1
+            paused = any(p[2] is victim for p in pending)
+            if victim is None or not (paused or _serving(victim)):
+                # Killing a process still importing its libraries tests nothing: only a
+                # controller that serves (standby or leader) counts as killed.
+                counts["kills skipped (still starting)"] += 1
+                return
+            was = "paused" if paused else victim.ready()[1]
+            victim.kill()  # a paused one too: SIGKILL needs no SIGCONT
+            self.retired.append(victim)
+            counts["kills"] += 1
+            if "leader" in was:
+                counts["kills of the leader"] += 1
             self._start_controller(slot)
         elif step.kind == "pause":
             victim = self.slots[int(step.target)]
-            if victim is not None and victim.proc.poll() is None:
+            if victim is None or any(p[2] is victim for p in pending) or not _serving(victim):
+                counts["pauses skipped (still starting or paused)"] += 1
+            else:
                 victim.pause()
                 pending.append((now + step.seconds, "resume", victim))
                 counts["pauses past the lease"] += 1
@@ -336,7 +350,8 @@ class FaultRun:
             pending.remove(item)
             _, what, arg = item
             if what == "resume":
-                arg.resume()
+                if arg.proc.poll() is None:
+                    arg.resume()
             elif what == "vertex_ok":
                 if not any(p[1] == "vertex_ok" for p in pending):
                     self.devstack.faults(0.0, [])
