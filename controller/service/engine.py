@@ -147,7 +147,11 @@ class Engine:
         with self._lock(job_id):
             events: list[ev.Event] = []
             exit_reason = None
-            if state_name in VERTEX_TERMINAL and self._is_recorded(record, attempt, job.name):
+            if (
+                state_name in VERTEX_TERMINAL
+                and not JobState.from_dict(record.document["state"]).phase.terminal
+                and self._is_recorded(record, attempt, job.name)
+            ):
                 # Learn the latest committed checkpoint and the trainer's exit record first: the
                 # core classifies the ending and measures progress with them. Only for the job the
                 # store recorded: a duplicate's record must not speak for the real attempt.
@@ -170,11 +174,12 @@ class Engine:
 
     @staticmethod
     def _is_recorded(record, attempt: int, vertex_name: str) -> bool:
-        """Is `vertex_name` the job the store recorded for `attempt` (or none is recorded yet)?"""
-        for recorded in record.document["state"].get("attempts", []):
-            if recorded.get("number") == attempt:
-                return recorded.get("vertex_name") in (None, vertex_name)
-        return False
+        """Is `vertex_name` the job the store recorded for the current `attempt` (or none is
+        recorded yet)? Only then are its checkpoints and exit record worth reading."""
+        attempts = record.document["state"].get("attempts", [])
+        if not attempts or attempts[-1].get("number") != attempt:
+            return False
+        return attempts[-1].get("vertex_name") in (None, vertex_name)
 
     def _checkpoints_unreadable(self, job_id: str, attempt: int, error: CheckpointsUnreadable) -> None:
         log.error(
