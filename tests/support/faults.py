@@ -16,6 +16,7 @@ the same offsets (what the processes do in between is up to the machine). Faults
   cancel       publish a cancel, racing the job's request (before or after it) or mid-run
 
 Checks (`Report.violations`), from what Vertex and the store hold at the end:
+  no controller exits by itself (a crash; it is restarted so the run goes on);
   one CustomJob per (job, attempt); never two live CustomJobs of one job (sampled throughout);
   every request recorded; every job terminal, succeeded unless cancelled (a cancelled job may
   end succeeded only if its last CustomJob really succeeded); each attempt after the first
@@ -264,6 +265,7 @@ class FaultRun:
             for step in schedule:
                 while True:
                     now = time.monotonic() - t0
+                    self._reap()
                     self._finish_due(pending, now)
                     if now >= step.at:
                         break
@@ -345,6 +347,18 @@ class FaultRun:
             pending.append((now + step.seconds, "gcs_ok", None))
             counts["gcs outages"] += 1
 
+    def _reap(self) -> None:
+        """A controller that exited without being killed broke a promise (no crash loops):
+        note it, and start another in its place so the run goes on."""
+        for slot, process in enumerate(self.slots):
+            if process is not None and process.proc.poll() is not None:
+                name = process.log_path.stem
+                self.report.violations.append(
+                    f"{name} exited by itself with status {process.proc.returncode}"
+                )
+                self.retired.append(process)
+                self._start_controller(slot)
+
     def _finish_due(self, pending: list, now: float) -> None:
         for item in [p for p in pending if p[0] <= now]:
             pending.remove(item)
@@ -373,6 +387,7 @@ class FaultRun:
         store = self._store()
 
         def all_terminal() -> bool:
+            self._reap()
             docs = {r.key.removeprefix("jobs/"): r.document for r in store.list("jobs/")}
             return all(
                 job_id in docs and docs[job_id]["state"]["phase"] in ("succeeded", "failed", "cancelled")
