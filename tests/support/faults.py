@@ -18,9 +18,10 @@ the same offsets (what the processes do in between is up to the machine). Faults
 Checks (`Report.violations`), from what Vertex and the store hold at the end:
   no controller exits by itself (a crash; it is restarted so the run goes on);
   one CustomJob per (job, attempt); never two live CustomJobs of one job (sampled throughout);
-  every request recorded; every job terminal, succeeded unless cancelled (a cancelled job may
-  end succeeded only if its last CustomJob really succeeded); each attempt after the first
-  resumed from the latest checkpoint committed before its CustomJob was created.
+  every request recorded; every cancel recorded; every job terminal, succeeded unless cancelled
+  (a cancelled job may end succeeded only if its last CustomJob had succeeded before the cancel
+  was recorded, or the controller knew of the cancel when it applied the success); each attempt
+  after the first resumed from the latest checkpoint committed before its CustomJob was created.
 
 Checkpoints are local directories (`file://`), so a GCS outage hits the controllers only, and a
 job's right ending stays "succeeded".
@@ -416,6 +417,11 @@ class FaultRun:
         except Exception as error:  # the store must be readable once the faults are off
             report.violations.append(f"cannot read the state store: {error!r}")
             return
+        try:
+            cancels = {r.key.removeprefix("cancels/"): r.document for r in self._store().list("cancels/")}
+        except Exception as error:
+            report.violations.append(f"cannot read the cancel records: {error!r}")
+            cancels = {}
         report.jobs = len(self.published)
         by_job = defaultdict(list)
         for job in ours:
@@ -428,17 +434,33 @@ class FaultRun:
             state = doc["state"]
             phase = state["phase"]
             if job_id in self.cancelled:
-                last = max(by_job[job_id], key=lambda j: int(j.labels["relaunch-attempt"]), default=None)
-                really_succeeded = last is not None and last.state.name.endswith("SUCCEEDED")
-                if phase != "cancelled" and not (phase == "succeeded" and really_succeeded):
-                    report.violations.append(
-                        f"{job_id}: cancel not honoured, ended {phase}: {state.get('terminal_reason')}"
-                    )
+                self._check_cancel(job_id, state, by_job[job_id], cancels.get(job_id))
             elif phase != "succeeded":
                 report.violations.append(
                     f"{job_id}: ended {phase} ({state.get('terminal_reason')}), expected succeeded"
                 )
             self._check_resumes(job_id, by_job[job_id])
+
+    def _check_cancel(self, job_id: str, state: dict, jobs: list, record: dict | None) -> None:
+        """Honoured: recorded, and the job cancelled, unless it had already succeeded on Vertex
+        by the time the cancel was recorded (or the controller knew of it when it ended)."""
+        phase = state["phase"]
+        if record is None:
+            self.report.violations.append(f"{job_id}: a cancel was published but never recorded")
+            return
+        if phase == "cancelled":
+            return
+        last = max(jobs, key=lambda j: int(j.labels["relaunch-attempt"]), default=None)
+        ended = (
+            last.end_time.timestamp() if last is not None and last.state.name.endswith("SUCCEEDED") else None
+        )
+        finished_first = ended is not None and ended <= float(record["time"])
+        if phase == "succeeded" and (finished_first or state.get("cancel_requested")):
+            return
+        self.report.violations.append(
+            f"{job_id}: cancel recorded at {record['time']:.1f} not honoured, ended {phase} "
+            f"({state.get('terminal_reason')}), last CustomJob ended at {ended}"
+        )
 
     def _check_resumes(self, job_id: str, jobs: list) -> None:
         root = self.workdir / "checkpoints" / job_id
