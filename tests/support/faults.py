@@ -447,18 +447,18 @@ class FaultRun:
         phase = state["phase"]
         if record is None:
             self.report.violations.append(f"{job_id}: a cancel was published but never recorded")
-            return
         if phase == "cancelled":
             return
+        recorded_at = float(record["time"]) if record is not None else float("-inf")
         last = max(jobs, key=lambda j: int(j.labels["relaunch-attempt"]), default=None)
         ended = (
             last.end_time.timestamp() if last is not None and last.state.name.endswith("SUCCEEDED") else None
         )
-        finished_first = ended is not None and ended <= float(record["time"])
+        finished_first = ended is not None and ended <= recorded_at
         if phase == "succeeded" and (finished_first or state.get("cancel_requested")):
             return
         self.report.violations.append(
-            f"{job_id}: cancel recorded at {record['time']:.1f} not honoured, ended {phase} "
+            f"{job_id}: cancel (recorded at {recorded_at:.1f}) not honoured, ended {phase} "
             f"({state.get('terminal_reason')}), last CustomJob ended at {ended}"
         )
 
