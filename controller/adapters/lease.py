@@ -162,6 +162,9 @@ class Lease:
             "written_at_wall": time.time(),
             "acquired_at_wall": acquired_at,
             "duration_seconds": self.duration_seconds,
+            # Only for controllers of an older release still running during a rollout: they
+            # judge expiry by this wall time.
+            "expires_at": time.time() + self.duration_seconds,
         }
         try:
             return gcs_client.conditional_upload(
