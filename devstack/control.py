@@ -8,6 +8,7 @@ devstack (RELAUNCH_DEVSTACK_CONTROL names the server).
     POST /quota_shortfall {"mode": "queue" | "reject" | null}
     POST /lose_create_replies {"count": 1}
     POST /behaviour {"knob": value, ...}  (devstack.vertex.behaviour; unknown knobs: 400)
+    POST /gcs       {"outage": true} and/or {"bucket": NAME, "status": 403 | null}
     GET  /status    -> {"pid": .., "dir": .., "env": {..}, "jobs": [{name, state, ..}]}
 
 Errors come back as {"error": message} with 400 (bad input) or 404 (unknown job).
@@ -91,7 +92,13 @@ def _quota(target, body):
     return {}
 
 
+def _gcs(target, body):
+    target.gcs_faults(outage=body.get("outage"), bucket=body.get("bucket"), status=body.get("status"))
+    return {}
+
+
 _POSTS = {
+    "/gcs": _gcs,
     "/preempt": _preempt,
     "/stockout": _stockout,
     "/faults": _faults,

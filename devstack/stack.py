@@ -156,6 +156,16 @@ class DevStack:
         """Answer `rate` of Vertex RPCs with one of the gRPC `codes`; rate 0 clears."""
         self.vertex.set_api_faults(rate, list(codes), seed)
 
+    def gcs_faults(
+        self, outage: bool | None = None, bucket: str | None = None, status: int | None = None
+    ) -> None:
+        """GCS outage on/off (every request answers 503), and/or refuse one bucket with `status`
+        (e.g. 403; None lifts the refusal)."""
+        if outage is not None:
+            self.gcs.disturbances.set_outage(bool(outage))
+        if bucket is not None:
+            self.gcs.disturbances.refuse_bucket(bucket, status)
+
     def quota(self, enabled: bool, creates_per_minute: int = 60, other_per_minute: int = 600) -> None:
         self.vertex.set_quota(enabled, creates_per_minute, other_per_minute)
 

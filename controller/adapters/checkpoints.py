@@ -8,7 +8,9 @@ retry policy.
 
 A missing or garbled object is an ordinary answer (None, with a warning). Failing to reach the
 bucket at all is not: that raises `CheckpointsUnavailable`, because "no checkpoint" would make
-the controller restart a job from step 0.
+the controller restart a job from step 0. A refusal that waiting cannot cure (403, 401, 400, ...)
+raises `CheckpointsUnreadable`, naming the bucket and the permission, so the caller can apply the
+attempt's ending with progress unknown instead of retrying for ever.
 """
 
 from __future__ import annotations
@@ -26,6 +28,28 @@ _log = logs.get("relaunch.checkpoints")
 
 class CheckpointsUnavailable(RuntimeError):
     """The checkpoint location could not be read (after retries): the answer is unknown."""
+
+
+class CheckpointsUnreadable(RuntimeError):
+    """The checkpoint bucket refused us for a reason that retrying cannot cure (403 and the like)."""
+
+    def __init__(self, bucket: str, permission: str, reason: str):
+        super().__init__(f"gs://{bucket}: {reason} (needs {permission})")
+        self.bucket = bucket
+        self.permission = permission
+        self.reason = reason
+
+
+def _bucket_of(uri: str) -> str:
+    return uri[len("gs://") :].partition("/")[0] if uri.startswith("gs://") else uri
+
+
+def _refusal(exc: BaseException, uri: str, permission: str) -> CheckpointsUnreadable | None:
+    """A non-transient API error as CheckpointsUnreadable; None for anything that may pass."""
+    if isinstance(exc, gexc.GoogleAPICallError) and not gcs_client.is_transient(exc):
+        code = getattr(exc, "code", None)
+        return CheckpointsUnreadable(_bucket_of(uri), permission, f"HTTP {code}: {exc.message or exc}")
+    return None
 
 
 @dataclass(frozen=True)
@@ -110,6 +134,9 @@ class CheckpointProbe:
             log.warning("checkpoint location unusable", error=str(exc))
             return None
         except Exception as exc:  # anything else means we do not know
+            refusal = _refusal(exc, checkpoint_uri, "storage.objects.list and storage.objects.get")
+            if refusal is not None:
+                raise refusal from exc
             raise CheckpointsUnavailable(f"cannot read checkpoints under {checkpoint_uri}: {exc!r}") from exc
         self._warn_about_rejected_markers(reader, marker, log)
         if marker is None:
@@ -117,9 +144,18 @@ class CheckpointProbe:
             return None
         return CheckpointInfo(marker.step, layout.checkpoint_dir(reader.uri, marker.step), marker)
 
-    def exit_record(self, checkpoint_uri: str, attempt: int) -> layout.ExitRecord | None:
-        """The trainer's own account of how `attempt` ended, or None if it left none."""
-        log = _log.bind(checkpoint_uri=checkpoint_uri, attempt=attempt)
+    def exit_record(
+        self, checkpoint_uri: str, attempt: int, *, vertex_job_id: str | None = None
+    ) -> layout.ExitRecord | None:
+        """The trainer's own account of how `attempt` ended, or None if it left none.
+
+        `vertex_job_id` (the numeric id that ends the CustomJob's resource name, what replicas see
+        as CLOUD_ML_JOB_ID) names the CustomJob the store recorded for the attempt. Records are
+        keyed by attempt number today (`trainer.layout.exit_record_path`); once the trainer keys
+        them by Vertex job id as well, this is the one place that reads the keyed record first,
+        so a cancelled duplicate's record can never speak for the recorded job.
+        """
+        log = _log.bind(checkpoint_uri=checkpoint_uri, attempt=attempt, vertex_job=vertex_job_id)
         try:
             reader = self._open(checkpoint_uri)
             record = storage.read_exit_record(reader, attempt)
@@ -127,6 +163,9 @@ class CheckpointProbe:
             log.warning("checkpoint location unusable", error=str(exc))
             return None
         except Exception as exc:
+            refusal = _refusal(exc, checkpoint_uri, "storage.objects.get")
+            if refusal is not None:
+                raise refusal from exc
             raise CheckpointsUnavailable(
                 f"cannot read the exit record of attempt {attempt} under {checkpoint_uri}: {exc!r}"
             ) from exc

@@ -112,9 +112,11 @@ def conditional_upload(
     metadata: dict[str, str] | None = None,
     content_type: str = "application/json",
     timeout: float = CALL_TIMEOUT_SECONDS,
+    deadline: float | None = None,
 ) -> int:
     """Upload `data` only if the object is at `if_generation_match` (0 = must not exist).
 
+    `deadline` bounds the whole retried upload (default: the module's RETRY_DEADLINE_SECONDS).
     Returns the new generation. Raises `google.api_core.exceptions.PreconditionFailed` when the
     precondition does not hold. Retries transient errors; if a retry meets 412 and the live
     object carries this write's id, the earlier try had landed and that counts as success.
@@ -135,12 +137,13 @@ def conditional_upload(
         )
 
     try:
-        call(upload, what=f"upload {blob.name}")
+        call(upload, what=f"upload {blob.name}", deadline=deadline)
     except gexc.PreconditionFailed:
         if tries > 1:
             live = call(
                 lambda: blob.bucket.get_blob(blob.name, timeout=timeout, retry=None),
                 what=f"read back {blob.name}",
+                deadline=deadline,
             )
             if live is not None and (live.metadata or {}).get(WRITE_ID_KEY) == write_id:
                 return int(live.generation)

@@ -4,6 +4,12 @@ Every call has a deadline and a tenacity retry that retries only what can succee
 try (UNAVAILABLE, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, INTERNAL for reads). CreateCustomJob
 is the exception: a retried create could make a second job, so `ensure_attempt` retries the whole
 "look up by labels, create only if absent" step instead, which is idempotent.
+
+Side effects (create, cancel) take a `guard`: called just before the RPC, it raises when this
+controller may no longer act (its leader lease ran out) and otherwise says for how many seconds
+it still may; the RPC's deadline never reaches past that, so a call cannot land after a
+successor took over. The create-quota slot is taken *before* the look-up by labels, so waiting
+for quota can never stretch the time between "none exists" and CreateCustomJob.
 """
 
 from __future__ import annotations
@@ -106,7 +112,17 @@ class Submission:
 
     job: aiplatform_v1.CustomJob | None  # None: absent and not created
     created: bool
-    duplicates: tuple[str, ...] = ()  # extra jobs for the same attempt (cancel them)
+    # Every other job found for the same attempt. The adapter cancels none of them: which one
+    # survives is the decision core's call (the one the store recorded).
+    duplicates: tuple[str, ...] = ()
+
+
+# Says whether this controller may still act, and for how long: raises when it may not.
+Guard = Callable[[str], float]
+
+
+def _always_allowed(what: str) -> float:
+    return float("inf")
 
 
 class SubmitRejected(Exception):
@@ -206,16 +222,29 @@ class VertexBackend:
         return sorted(self.list_jobs(filter_), key=lambda j: (j.create_time.timestamp(), j.name))
 
     # --- writes ---------------------------------------------------------------------------
-    def cancel(self, name: str) -> None:
+    def _deadline(self, guard: Guard, what: str) -> float:
+        """The RPC deadline: our own, cut to the time the guard still allows (raises if none)."""
+        return min(self.timeout, guard(what))
+
+    def cancel(self, name: str, *, guard: Guard = _always_allowed) -> None:
         try:
             self._call(
-                "CancelCustomJob", lambda: self.client.cancel_custom_job(name=name, timeout=self.timeout)
+                "CancelCustomJob",
+                lambda: self.client.cancel_custom_job(
+                    name=name, timeout=self._deadline(guard, f"cancel {name}")
+                ),
             )
         except (gexc.NotFound, gexc.FailedPrecondition):
             pass  # already gone or already finished: nothing to cancel
 
     def ensure_attempt(
-        self, job_id: str, attempt: int, build: Callable[[], aiplatform_v1.CustomJob], *, create: bool
+        self,
+        job_id: str,
+        attempt: int,
+        build: Callable[[], aiplatform_v1.CustomJob],
+        *,
+        create: bool,
+        guard: Guard = _always_allowed,
     ) -> Submission:
         """Adopt the Vertex job of this attempt if one exists; otherwise create it (if asked).
 
@@ -224,6 +253,10 @@ class VertexBackend:
         """
         for try_ in self._retrying(AMBIGUOUS_CREATE):
             with try_:
+                if create:
+                    # Quota first: the wait for it must not sit between the look-up and the create.
+                    self.creates.acquire()
+                    guard(f"look up attempt {attempt} of {job_id} before creating it")
                 existing = self.find_attempt(job_id, attempt)
                 if existing:
                     return Submission(
@@ -231,10 +264,11 @@ class VertexBackend:
                     )
                 if not create:
                     return Submission(None, created=False)
-                self.creates.acquire()
+                custom_job = build()
+                deadline = self._deadline(guard, f"create attempt {attempt} of {job_id}")
                 try:
                     job = self.client.create_custom_job(
-                        parent=self.parent, custom_job=build(), timeout=self.timeout
+                        parent=self.parent, custom_job=custom_job, timeout=deadline
                     )
                 except PERMANENT_CREATE as error:
                     self._on_api_error("CreateCustomJob", type(error).__name__)

@@ -1,8 +1,19 @@
 """`relaunch controller`: the long-lived daemon Cloud Run hosts.
 
-One loop owns the schedule: hold (or wait for) the leader lease, and while leading keep both
-subscriptions open, run a reconcile pass every `reconcile_seconds`, and fire due wake-ups.
-A standby keeps serving HTTP (health, status) but pulls nothing and decides nothing.
+One loop owns the schedule: wait for the leader lease, and while leading keep both subscriptions
+open, run a reconcile pass every `reconcile_seconds`, and fire due wake-ups. A standby keeps
+serving HTTP (health, status, push deliveries, which it records: intake needs no leadership) but
+pulls nothing and decides nothing.
+
+Leadership really ends. The lease is renewed on its own thread (`LeaseKeeper`), so a slow pass
+never lets it lapse unnoticed; every side effect checks it just before the call (`_check_lease`);
+and the first sign that another controller leads (the keeper says the lease is lost, a check
+finds it run out, or a state write is `Fenced`) makes this instance step down at once: streams
+closed, timers dropped, back to standing by.
+
+Outages are survived: an error reaching the lease or the store is logged and retried on the next
+tick, never raised out of the loop. While it lasts the instance is not ready (`/readyz` 503), and
+`controller_degraded` is raised once (and resolved when the service answers again).
 
 SIGTERM (Cloud Run scale-in or deploy): stop pulling, let in-flight handlers finish, leave
 unacked messages for redelivery, release the lease so the next instance takes over at once.
@@ -22,6 +33,7 @@ from google.cloud import pubsub_v1
 
 from controller import logs
 from controller.adapters.checkpoints import CheckpointProbe
+from controller.adapters.lease import LeaseKeeper, LeaseNotHeld
 from controller.adapters.pubsub import (
     TopicPublisher,
     UnreadableHint,
@@ -33,7 +45,7 @@ from controller.adapters.webhook import WebhookSink
 from controller.readmodel.jobs import status_document
 from controller.service.alerts import AlertSink
 from controller.service.deadletter import DeadLetterCopy
-from controller.service.engine import Dependencies, Engine
+from controller.service.engine import Dependencies, Deposed, Engine
 from controller.service.intake import Intake, IntakeResult
 from controller.service.metrics import Metrics
 from controller.service.retention import prune_state
@@ -43,6 +55,66 @@ from controller.store.factory import open_store
 from controller.store.keys import JOBS_PREFIX, job_key
 
 log = logs.get("relaunch.daemon")
+
+
+class Degradation:
+    """`controller_degraded` for this instance, fed by several sources (the leader lease, the
+    reconcile pass): raised once when any source has failed `threshold` times in a row, resolved
+    once every source succeeds again. Sources never resolve one another's trouble."""
+
+    KIND = "controller_degraded"
+
+    def __init__(self, alerts: AlertSink, threshold: int):
+        self._alerts = alerts
+        self._threshold = max(1, threshold)
+        self._streaks: dict[str, int] = {}
+        self._raised = False
+        self._lock = threading.Lock()
+
+    def failed(self, source: str, errors: list[str]) -> None:
+        with self._lock:
+            self._streaks[source] = self._streaks.get(source, 0) + 1
+            streak = self._streaks[source]
+            fire = streak >= self._threshold and not self._raised
+            self._raised = self._raised or fire
+        if fire:
+            self._alerts.raise_alert(
+                self.KIND,
+                "ERROR",
+                f"{source}: {streak} tries in a row failed: {errors[0] if errors else 'unknown error'}",
+                details={"source": source, "failedTries": streak, "errors": errors[:5]},
+            )
+
+    def succeeded(self, source: str) -> None:
+        with self._lock:
+            before = self._streaks.pop(source, 0)
+            resolve = self._raised and not any(n >= self._threshold for n in self._streaks.values())
+            self._raised = self._raised and not resolve
+        if resolve:
+            self._alerts.resolve(
+                self.KIND, None, f"{source} works again", details={"failedTriesBefore": before}
+            )
+
+    def is_degraded(self) -> tuple[bool, str]:
+        with self._lock:
+            failing = sorted(source for source, n in self._streaks.items() if n >= self._threshold)
+        return bool(failing), ", ".join(failing)
+
+    def source(self, name: str) -> _PassHealth:
+        return _PassHealth(self, name)
+
+
+class _PassHealth:
+    """What the engine reports its reconcile passes to (the `ReconcileHealth` interface)."""
+
+    def __init__(self, degradation: Degradation, name: str):
+        self._degradation, self._name = degradation, name
+
+    def pass_failed(self, errors: list[str]) -> None:
+        self._degradation.failed(self._name, errors)
+
+    def pass_succeeded(self) -> None:
+        self._degradation.succeeded(self._name)
 
 
 class Controller:
@@ -87,17 +159,24 @@ class Controller:
             clock=clock,
             fence=self._fence,
             is_leader=self.is_leader,
+            guard=self._check_lease,
+            on_deposed=self._deposed,
         )
         self._dead_letter = DeadLetterCopy(
             self.publisher,
             settings.topic_path(settings.dead_letter_topic),
             max_bytes=settings.dead_letter_max_bytes,
         )
+        self.degradation = Degradation(self.alerts, settings.degraded_after_failed_passes)
+        self.engine.health = self.degradation.source("reconcile")
         self.intake = Intake(self.engine, dead_letter=self._dead_letter)
         self._stop = threading.Event()
-        self._streams: list = []
+        self._streams: dict = {}
         self._leading = False
-        self._keeper = None
+        self._keeper: LeaseKeeper | None = None
+        self._step_down_reason: str | None = None  # set from any thread; the loop acts on it
+        self._step_down_lock = threading.Lock()
+        self._intake_paused = False  # the request stream is closed until the store answers
         self.http = None
         self._last_iteration_at = clock()  # liveness: when the control loop last completed a turn
         self._next_housekeeping = 0.0
@@ -114,18 +193,46 @@ class Controller:
         return Lease(bucket, prefix, self.holder_id, self.settings.lease_seconds, clock=self.clock)
 
     def is_leader(self) -> bool:
-        return self.lease is None or self.lease.is_held()
+        return self._leading and (self.lease is None or self.lease.is_held())
 
     def _fence(self) -> int:
         return self.lease.fence if self.lease is not None else 0
+
+    def _check_lease(self, what: str) -> float:
+        """Just before a side effect: may this instance still act, and for how many seconds?"""
+        if self.lease is None:
+            return float("inf")
+        if not self._leading or self._step_down_reason is not None:
+            raise LeaseNotHeld(f"{self.holder_id} may not {what}: not the leader")
+        return self.lease.check(what)
+
+    def _deposed(self, reason: str) -> None:
+        """Another controller leads (or may): stop acting now; the loop finishes stepping down.
+
+        Called from any thread (a Pub/Sub callback, the lease keeper, the loop itself)."""
+        with self._step_down_lock:
+            if self._step_down_reason is not None or not self._leading:
+                return
+            self._step_down_reason = reason
+        if self.lease is not None:
+            self.lease.abandon()  # every later check fails at once, on every thread
+        self.engine.timers.clear()
+        self.engine.timers.wake()
+        log.error("deposed; stepping down", holder=self.holder_id, reason=reason)
 
     # --- subscriptions ----------------------------------------------------------------------
     def _on_request(self, message) -> None:
         try:
             result = self.intake.accept(message.data, dict(message.attributes))
-        except Exception:
+        except Exception as error:
+            # Nothing durable was written: not acking is right. The store is in trouble, so stop
+            # taking deliveries until it answers again, or each one would spend one of the
+            # subscription's few delivery attempts before the dead-letter topic.
             log.exception("request handling failed; leaving it for redelivery", message_id=message.message_id)
             message.nack()
+            self.degradation.failed("request intake", [repr(error)])
+            self._intake_paused = True
+            self.engine.timers.wake()
             return
         log.info(
             "request handled",
@@ -151,43 +258,50 @@ class Controller:
         if vertex_job_id is not None:
             try:
                 self.engine.on_hint(vertex_job_id)
+            except Deposed:
+                message.nack()  # the new leader takes it
+                return
             except Exception:
                 log.exception("event handling failed; leaving it for redelivery", vertex_job_id=vertex_job_id)
                 message.nack()
                 return
         message.ack()
 
-    def _open_streams(self) -> None:
+    def _open_streams(self, *which: str) -> None:
         flow = pubsub_v1.types.FlowControl(max_messages=self.settings.max_outstanding_messages)
         s = self.settings
-
-        def supervised(name: str, subscription: str, callback) -> SupervisedStream:
+        subscriptions = {
+            "requests": (s.requests_subscription, self._on_request),
+            "events": (s.events_subscription, self._on_event),
+        }
+        for name in which or tuple(subscriptions):
+            if name in self._streams:
+                continue
+            subscription, callback = subscriptions[name]
             path = s.subscription_path(subscription)
+            # Supervised: a stream that ends on its own is reported and reopened with backoff.
             stream = SupervisedStream(
                 name,
-                lambda: self.subscriber.subscribe(path, callback=callback, flow_control=flow),
+                lambda path=path, callback=callback: self.subscriber.subscribe(
+                    path, callback=callback, flow_control=flow
+                ),
                 path,
                 max_backoff_seconds=s.stream_retry_max_seconds,
             )
             stream.open()
-            return stream
-
-        self._streams = [
-            supervised("requests", s.requests_subscription, self._on_request),
-            supervised("events", s.events_subscription, self._on_event),
-        ]
-        log.info("subscriptions opening")
+            self._streams[name] = stream
+        log.info("subscriptions opening", streams=sorted(self._streams))
 
     # --- health -------------------------------------------------------------------------------
     STREAMS_CONDITION = "subscriptions"
 
     def stream_problems(self) -> list[str]:
-        return [f"{stream.name}: {stream.problem}" for stream in self._streams if stream.problem]
+        return [f"{stream.name}: {stream.problem}" for stream in self._streams.values() if stream.problem]
 
     def _supervise_streams(self) -> None:
         """Each loop turn: notice ended streams, reopen them when due, and raise
         `controller_degraded` once while any is down (resolved when all deliver again)."""
-        for stream in self._streams:
+        for stream in list(self._streams.values()):
             stream.check()
         problems = self.stream_problems()
         firing = self.alerts.is_firing("controller_degraded", None, self.STREAMS_CONDITION)
@@ -228,15 +342,33 @@ class Controller:
         self.alerts.forget_job(job_id)
         self.metrics.forget_job(job_id)
 
-    def _close_streams(self, timeout: float = 10.0) -> None:
-        for stream in self._streams:
-            stream.cancel()  # stop pulling; in-flight callbacks run to completion
-        for stream in self._streams:
+    def _close_streams(self, *which: str, timeout: float = 10.0) -> None:
+        names = [name for name in (which or tuple(self._streams)) if name in self._streams]
+        for name in names:
+            self._streams[name].cancel()  # stop pulling; in-flight callbacks run to completion
+        for name in names:
             try:
-                stream.result(timeout=timeout)
+                self._streams.pop(name).result(timeout=timeout)
             except (FutureTimeout, Exception):
                 pass
-        self._streams = []
+
+    def _pause_or_resume_intake(self) -> None:
+        """While the store fails the intake, pull no requests: each delivery that cannot be
+        recorded spends one of the few the subscription allows before dead-lettering it."""
+        if not self._intake_paused:
+            return
+        if "requests" in self._streams:
+            log.warning("pausing request intake until the state store answers")
+            self._close_streams("requests")
+        try:
+            self.store.get(job_key("intake-probe"))
+        except Exception as error:
+            log.warning("state store still failing; request intake stays paused", error=repr(error))
+            return
+        self._intake_paused = False
+        self.degradation.succeeded("request intake")
+        if self._leading:
+            self._open_streams("requests")
 
     # --- HTTP facade used by controller.service.http ------------------------------------------------
     def accept_request(self, data: bytes, attributes: dict[str, str]) -> IntakeResult:
@@ -263,6 +395,9 @@ class Controller:
     def is_ready(self) -> tuple[bool, str]:
         if self._stop.is_set():
             return False, "shutting down"
+        degraded, failing = self.degradation.is_degraded()
+        if degraded:
+            return False, f"degraded, standing by: {failing} failing"
         if self._leading:
             if not self._streams:
                 return False, "leader without subscriptions"
@@ -271,25 +406,50 @@ class Controller:
         return True, "standby"
 
     # --- the loop ---------------------------------------------------------------------------
-    def _update_leadership(self) -> None:
-        if self.lease is None:
-            leading = True
-        elif self._leading:
-            leading = self.lease.renew()
-        else:
-            leading = self.lease.try_acquire()
-        if leading and not self._leading:
-            log.info("became leader", holder=self.holder_id, fence=self._fence())
-            self._open_streams()
-            self._next_reconcile = 0.0
-        elif self._leading and not leading:
-            log.error("lost the leader lease; standing by", holder=self.holder_id)
-            self.alerts.raise_alert(
-                "controller_degraded", "ERROR", f"controller {self.holder_id} lost its leader lease"
-            )
-            self._close_streams()
-        self._leading = leading
-        self.metrics.set_leader(leading)
+    def _try_to_lead(self) -> None:
+        """Standing by: take the lease if it is free, raise the store's fence floor, then lead."""
+        if self.lease is not None:
+            try:
+                acquired = self.lease.try_acquire()
+                if acquired:
+                    # Before acting: refuse every write of whoever led before us.
+                    self.store.raise_fence(self.lease.fence)
+            except Exception as error:
+                log.warning("cannot reach the leader lease; standing by", error=repr(error))
+                self.degradation.failed("leader lease", [repr(error)])
+                if self.lease.is_held():
+                    self.lease.abandon()
+                return
+            self.degradation.succeeded("leader lease")
+            self.degradation.succeeded("request intake")  # the store answers again
+            if not acquired:
+                return
+            self._keeper = LeaseKeeper(
+                self.lease, self.settings.lease_renew_seconds, on_lost=lambda: self._deposed("lease lost")
+            ).start()
+        self._step_down_reason = None
+        self._leading = True
+        log.info("became leader", holder=self.holder_id, fence=self._fence())
+        try:
+            self._open_streams(*(("events",) if self._intake_paused else ()))
+        except Exception as error:
+            self._deposed(f"cannot open the subscriptions: {error!r}")
+        self._next_reconcile = 0.0
+        self.metrics.set_leader(True)
+
+    def _step_down(self) -> None:
+        reason = self._step_down_reason or "lease lost"
+        log.error("stepping down; standing by", holder=self.holder_id, reason=reason)
+        if self._keeper is not None:
+            self._keeper.stop(timeout=1.0)
+            self._keeper = None
+        if self.lease is not None:
+            self.lease.abandon()
+        self.engine.timers.clear()
+        self._close_streams()
+        self._leading = False
+        self._step_down_reason = None
+        self.metrics.set_leader(False)
 
     def run(self, *, install_signal_handlers: bool = True) -> int:
         if install_signal_handlers:
@@ -304,15 +464,19 @@ class Controller:
             state_store=self.settings.state_store,
         )
         self._next_reconcile = 0.0
-        next_lease_check = 0.0
+        next_lease_try = 0.0
         try:
             while not self._stop.is_set():
+                if self._leading and (self._step_down_reason is not None or not self.is_leader()):
+                    self._step_down()
+                    next_lease_try = 0.0
                 now = self.clock()
-                if now >= next_lease_check:
-                    self._update_leadership()
-                    next_lease_check = now + (
+                if not self._leading and now >= next_lease_try:
+                    self._try_to_lead()
+                    next_lease_try = now + (
                         self.settings.lease_renew_seconds if self.lease is not None else 3600.0
                     )
+                self._pause_or_resume_intake()
                 if self._leading:
                     if now >= self._next_reconcile:
                         self._guarded(self.engine.reconcile, "reconcile")
@@ -321,9 +485,7 @@ class Controller:
                     self._guarded(self._supervise_streams, "stream supervision")
                     self._guarded(self._housekeeping, "housekeeping")
                 self._loop_turn_completed()
-                wait_until = min(
-                    next_lease_check, self._next_reconcile if self._leading else next_lease_check
-                )
+                wait_until = self._next_reconcile if self._leading else next_lease_try
                 self.engine.timers.wait(max(0.0, min(1.0, wait_until - self.clock())))
         finally:
             self._shutdown()
@@ -332,6 +494,8 @@ class Controller:
     def _guarded(self, fn, what: str) -> None:
         try:
             fn()
+        except Deposed:
+            pass  # already reported; the loop steps down on its next turn
         except Exception:
             log.exception(f"{what} failed; will try again")
 
@@ -364,8 +528,10 @@ class Controller:
 
     def _shutdown(self) -> None:
         log.info("shutting down: closing subscriptions, releasing the lease")
+        if self._keeper is not None:
+            self._keeper.stop(timeout=1.0)
         self._close_streams()
-        if self.lease is not None and self._leading:
+        if self.lease is not None and self._leading and self._step_down_reason is None:
             try:
                 self.lease.release()
             except Exception as error:

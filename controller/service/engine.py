@@ -9,6 +9,16 @@ Everything that reaches the controller ends up here (requests first pass `servic
   - `on_hint(vertex_job_id)`: a Vertex job-state log entry; the job is then read with Get;
   - `reconcile()`: the periodic list-by-label pass plus a timer tick for every live job;
   - `fire_due_timers()`: backoff wake-ups.
+
+Leadership: every side effect (CreateCustomJob, CancelCustomJob, a paging alert) first asks
+`guard`, which raises `LeaseNotHeld` once this controller may no longer act; a state write the
+store refuses as `Fenced` means another controller leads. Either way the engine reports it once
+through `on_deposed` (the daemon steps down at once) and raises `Deposed`: nothing further
+happens for that event here; the new leader re-derives it from the stored state.
+
+Cancels: the intake records a cancel as a create-only `cancels/{job}` record (any instance may,
+even before the job's request has arrived). The engine applies it whenever it touches the job
+(a timer, a reconcile pass), so a cancel is never lost whatever order things arrive in.
 """
 
 from __future__ import annotations
@@ -26,6 +36,8 @@ from google.api_core import exceptions as gexc
 from google.cloud import aiplatform_v1
 
 from controller import logs
+from controller.adapters.checkpoints import CheckpointsUnreadable
+from controller.adapters.lease import LeaseNotHeld
 from controller.adapters.vertex import (
     CreateQuotaExceeded,
     SubmitRejected,
@@ -53,10 +65,18 @@ from controller.request.render import build_custom_job
 from controller.service.alerts import AlertSink, ReconcileHealth
 from controller.service.timers import TimerQueue
 from controller.settings import Settings
-from controller.store import StateStore, VersionConflict
-from controller.store.keys import JOBS_PREFIX, job_key
+from controller.store import Fenced, StateStore, VersionConflict
+from controller.store.keys import CANCELS_PREFIX, JOBS_PREFIX, cancel_key, job_key
 
 log = logs.get("relaunch.engine")
+
+
+class Deposed(RuntimeError):
+    """This controller is not the leader any more (lease ran out, or a write was fenced)."""
+
+
+def _always_allowed(what: str) -> float:
+    return float("inf")
 
 
 @dataclass
@@ -78,6 +98,8 @@ class Engine:
         rng: random.Random | None = None,
         fence: Callable[[], int] = lambda: 0,
         is_leader: Callable[[], bool] = lambda: True,
+        guard: Callable[[str], float] = _always_allowed,
+        on_deposed: Callable[[str], None] = lambda reason: None,
     ):
         self.settings = settings
         self.store = deps.store
@@ -89,6 +111,8 @@ class Engine:
         self.rng = rng or random.Random()
         self.fence = fence
         self.is_leader = is_leader
+        self.guard = guard
+        self._on_deposed = on_deposed
         self.core_config = CoreConfig(
             submit_retry_seconds=settings.submit_retry_seconds,
             capacity_wait_alert_seconds=settings.capacity_wait_alert_seconds,
@@ -125,27 +149,83 @@ class Engine:
         if record is None:
             return
         with self._lock(job_id):
-            for event in self._observation_events(job, record.document, attempt):
+            for event in self._observation_events(job, record, attempt):
                 self.apply(job_id, event)
 
-    def _observation_events(
-        self, job: aiplatform_v1.CustomJob, document: dict, attempt: int
-    ) -> list[ev.Event]:
+    def _observation_events(self, job: aiplatform_v1.CustomJob, record: Any, attempt: int) -> list[ev.Event]:
         events: list[ev.Event] = []
         exit_record = None
-        current = JobState.from_dict(document["state"]).current
+        current = JobState.from_dict(record.document["state"]).current
         deciding = current is not None and current.number == attempt and not current.ended
-        if deciding and vertex_state_name(job) in VERTEX_TERMINAL:
+        if (
+            deciding
+            and vertex_state_name(job) in VERTEX_TERMINAL
+            and self._is_recorded(record, attempt, job.name)
+        ):
             # Learn the latest committed checkpoint and the trainer's exit record first: the
-            # core classifies the ending and measures progress with them. (Endings already
-            # classified, e.g. earlier attempts listed on every pass, need neither.)
-            uri = document["request"]["checkpoint"]["uri"]
-            latest = self.checkpoints.latest(uri)
-            if latest is not None:
-                events.append(ev.CheckpointObserved(latest.step, latest.uri))
-            exit_record = self.checkpoints.exit_record(uri, attempt)
+            # core classifies the ending and measures progress with them. Only for the current
+            # attempt's recorded CustomJob: endings already classified need neither, and a
+            # duplicate's record must not speak for the real attempt.
+            uri = record.document["request"]["checkpoint"]["uri"]
+            try:
+                latest = self.checkpoints.latest(uri)
+                if latest is not None:
+                    events.append(ev.CheckpointObserved(latest.step, latest.uri))
+                exit_record = self.checkpoints.exit_record(
+                    uri, attempt, vertex_job_id=job.name.rsplit("/", 1)[-1]
+                )
+            except CheckpointsUnreadable as error:
+                # Not a passing fault: waiting cannot help, and the ending must still be applied.
+                # Progress is unknown; the classifier goes by Vertex's account alone.
+                self._checkpoints_unreadable(record.document["state"]["job_id"], attempt, error)
         events.append(observed_event(job, attempt, exit_record))
         return events
+
+    @staticmethod
+    def _is_recorded(record, attempt: int, vertex_name: str) -> bool:
+        """Is `vertex_name` the job the store recorded for the current `attempt` (or none is
+        recorded yet)? Only then are its checkpoints and exit record worth reading."""
+        attempts = record.document["state"].get("attempts", [])
+        if not attempts or attempts[-1].get("number") != attempt:
+            return False
+        return attempts[-1].get("vertex_name") in (None, vertex_name)
+
+    def _checkpoints_unreadable(self, job_id: str, attempt: int, error: CheckpointsUnreadable) -> None:
+        log.error(
+            "checkpoints unreadable; progress unknown",
+            job_id=job_id,
+            attempt=attempt,
+            bucket=error.bucket,
+            permission=error.permission,
+            error=str(error),
+        )
+        self._alert(
+            "checkpoints_unreadable",
+            "ERROR",
+            f"job {job_id}: cannot read gs://{error.bucket} ({error.permission} needed): {error.reason}; "
+            "attempt endings are applied with progress unknown",
+            job_id=job_id,
+            attempt=attempt,
+            details={"bucket": error.bucket, "permission": error.permission, "reason": error.reason},
+        )
+
+    def _alert(self, kind: str, severity: str, summary: str, **fields) -> None:
+        """A paging alert: only the leader sends it (a deposed one would page for a stale view)."""
+        self._guarded("send an alert")
+        self.alerts.raise_alert(kind, severity, summary, **fields)
+        if self.metrics is not None:
+            self.metrics.alert(kind)
+
+    def _guarded(self, what: str) -> None:
+        try:
+            self.guard(what)
+        except LeaseNotHeld as error:
+            self._deposed(str(error))
+
+    def _deposed(self, reason: str) -> None:
+        self.timers.clear()
+        self._on_deposed(reason)
+        raise Deposed(reason)
 
     def reconcile(self) -> None:
         """Level-triggered pass: list our Vertex jobs, feed what is seen, tick every live job.
@@ -164,12 +244,19 @@ class Engine:
             seen.add(job.name)
             try:
                 self.observe(job)
+            except Deposed:
+                raise
             except Exception as error:
                 errors.append(f"{job.name}: {error}")
                 log.exception("reconcile: observing a job failed", vertex_job=job.name)
         live = self.live_states()
+        cancelled = {r.key[len(CANCELS_PREFIX) :] for r in self.store.list(CANCELS_PREFIX)}
         for state in sorted(live, key=lambda s: s.current.intent_at if s.current else s.created_at):
             try:
+                if state.job_id in cancelled and not state.cancel_requested:
+                    state = self.apply(state.job_id, ev.CancelRequested()) or state
+                    if state.phase.terminal:
+                        continue
                 current = state.current
                 if current and current.vertex_name and not current.ended and current.vertex_name not in seen:
                     # Listed moments ago and not there: confirm with Get before believing it.
@@ -181,6 +268,8 @@ class Engine:
                 elif current and not current.ended and current.vertex_name:
                     self._probe_progress(state)
                 self.apply(state.job_id, ev.TimerFired())
+            except Deposed:
+                raise
             except Exception as error:
                 errors.append(f"{state.job_id}: {error}")
                 log.exception("reconcile: job failed to converge", job_id=state.job_id)
@@ -192,7 +281,11 @@ class Engine:
 
     def _probe_progress(self, state: JobState) -> None:
         request = self._request(state.job_id)
-        latest = self.checkpoints.latest(request.checkpoint_uri)
+        try:
+            latest = self.checkpoints.latest(request.checkpoint_uri)
+        except CheckpointsUnreadable as error:
+            self._checkpoints_unreadable(state.job_id, state.current.number, error)
+            return
         if latest is not None and (
             state.latest_checkpoint_step is None or latest.step > state.latest_checkpoint_step
         ):
@@ -202,11 +295,22 @@ class Engine:
         fired = 0
         for job_id in self.timers.pop_due():
             try:
-                self.apply(job_id, ev.TimerFired())
+                self.poke(job_id)
                 fired += 1
+            except Deposed:
+                raise
             except Exception:
                 log.exception("timer: job failed to converge", job_id=job_id)
         return fired
+
+    def poke(self, job_id: str) -> JobState | None:
+        """Re-derive what a job needs now: a recorded cancel first, then a timer tick."""
+        state = None
+        if self.store.get(cancel_key(job_id)) is not None:
+            state = self.apply(job_id, ev.CancelRequested())
+        if state is None or not state.phase.terminal:
+            state = self.apply(job_id, ev.TimerFired())
+        return state
 
     # ==== the loop: decide, persist, act ===================================================
     def apply(self, job_id: str, event: ev.Event) -> JobState | None:
@@ -214,12 +318,17 @@ class Engine:
         with self._lock(job_id):
             pending: list[ev.Event] = [event]
             state = None
-            while pending:
-                state, actions = self._decide_and_store(job_id, pending.pop(0))
-                if state is None:
-                    return None
-                for action in actions:
-                    pending.extend(self._execute(state, action))
+            try:
+                while pending:
+                    state, actions = self._decide_and_store(job_id, pending.pop(0))
+                    if state is None:
+                        return None
+                    for action in actions:
+                        pending.extend(self._execute(state, action))
+            except Fenced as error:
+                self._deposed(f"state write refused: {error}")
+            except LeaseNotHeld as error:
+                self._deposed(str(error))
             return state
 
     def _decide_and_store(self, job_id: str, event: ev.Event) -> tuple[JobState | None, tuple[Action, ...]]:
@@ -253,7 +362,7 @@ class Engine:
             return self._submit(state, action)
         if isinstance(action, CancelVertexJob):
             bound.info("cancelling vertex job", vertex_job=action.vertex_name, for_attempt=action.attempt)
-            self.vertex.cancel(action.vertex_name)
+            self.vertex.cancel(action.vertex_name, guard=self.guard)
             return []
         if isinstance(action, ScheduleWakeup):
             self.timers.schedule(job_id, action.at)
@@ -265,7 +374,7 @@ class Engine:
             record = self.store.get(job_key(job_id))
             return [] if record is None else self._observation_events(job, record.document, action.attempt)
         if isinstance(action, RaiseAlert):
-            self.alerts.raise_alert(
+            self._alert(
                 action.kind,
                 action.severity,
                 action.summary,
@@ -273,8 +382,6 @@ class Engine:
                 attempt=attempt,
                 details=action.details,
             )
-            if self.metrics is not None:
-                self.metrics.alert(action.kind)
             return []
         if isinstance(action, MarkTerminal):
             (bound.info if action.phase == "succeeded" else bound.warning)(
@@ -300,7 +407,7 @@ class Engine:
         _crash_point("after-intent")
         try:
             submission = self.vertex.ensure_attempt(
-                job_id, action.attempt, build, create=action.create_if_missing
+                job_id, action.attempt, build, create=action.create_if_missing, guard=self.guard
             )
         except SubmitRejected as error:
             bound.error("vertex rejected the job", error=str(error))
@@ -311,11 +418,14 @@ class Engine:
         except gexc.GoogleAPICallError as error:
             bound.warning("submission failed; will retry", error=str(error))
             return [ev.SubmitFailed(action.attempt, str(error), permanent=False)]
-        for duplicate in submission.duplicates:
-            bound.warning("second vertex job for one attempt; cancelling it", vertex_job=duplicate)
-            self.vertex.cancel(duplicate)
         if submission.job is None:
             return [ev.AttemptNotFound(action.attempt)]
+        if submission.duplicates:
+            # One rule, the core's: the job the store recorded survives, every other is cancelled.
+            bound.warning(
+                "more than one vertex job for one attempt",
+                vertex_jobs=[submission.job.name, *submission.duplicates],
+            )
         if submission.created:
             _crash_point("after-create")
             if self.metrics is not None:
@@ -331,7 +441,10 @@ class Engine:
             )
         else:
             bound.info("adopted existing vertex job", vertex_job=submission.job.name)
-        return [ev.AttemptSubmitted(action.attempt, submission.job.name)]
+        return [
+            ev.AttemptSubmitted(action.attempt, name)
+            for name in (submission.job.name, *submission.duplicates)
+        ]
 
     # ==== views ============================================================================
     def live_states(self) -> list[JobState]:

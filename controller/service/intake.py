@@ -5,6 +5,14 @@ caller (a Pub/Sub callback, or the push endpoint) may ack; bad input is recorded
 `rejected/`, copied to the dead-letter topic with its reason and alerted, and reported as
 `invalid` / `conflict`. Only infrastructure trouble (the state store is down) raises, so the
 caller does not ack. A recorded job is handed to the engine, which submits it.
+
+Intake needs no leadership. Every record it writes is an unfenced, create-only write (a job, a
+cancel, a rejection), so any instance, leader or standby, may take a delivery and record it, and
+a delivery seen twice records nothing twice. The leader acts on what is recorded.
+
+A cancel is recorded under `cancels/{job}` whether or not the job exists yet. If its request
+arrives later, the job is born cancelled (no Vertex job is ever made); if the two race, the
+engine finds the cancel record the next time it touches the job. So no cancel is lost to order.
 """
 
 from __future__ import annotations
@@ -17,12 +25,12 @@ from typing import TYPE_CHECKING, Literal
 
 from controller import logs
 from controller.core import events as ev
-from controller.core.decide import new_job
+from controller.core.decide import decide, new_job
 from controller.readmodel.jobs import entry
 from controller.request import CancelRequest, RequestInvalid, parse_request
 from controller.service.ownership import claim_checkpoint_root
 from controller.store import AlreadyExists
-from controller.store.keys import job_key, rejected_key_for_payload
+from controller.store.keys import cancel_key, job_key, rejected_key_for_payload
 
 if TYPE_CHECKING:  # the engine (and its Vertex client) is not needed to name a result
     from controller.service.engine import Engine
@@ -65,12 +73,7 @@ class Intake:
             return self._reject(data, "invalid", reason, _guess_job_id(data))
 
         if isinstance(request, CancelRequest):
-            if self.store.get(job_key(request.job_id)) is None:
-                return self._reject(
-                    data, "invalid", f"jobId: no job {request.job_id!r} to cancel", request.job_id
-                )
-            self.engine.apply(request.job_id, ev.CancelRequested())
-            return IntakeResult("cancel", request.job_id, "cancel requested")
+            return self._record_cancel(request.job_id)
 
         fingerprint = request.fingerprint()
         existing = self.store.get(job_key(request.job_id))
@@ -82,21 +85,31 @@ class Intake:
                 return self._reject(data, refusal.status, refusal.reason, request.job_id)
             now = self.engine.clock()
             state = new_job(request.job_id, request.restart_policy, now)
+            timeline = [entry(now, 0, "request accepted")]
+            cancelled_before = self.store.get(cancel_key(request.job_id)) is not None
+            if cancelled_before:
+                state = decide(
+                    state, ev.CancelRequested(), now, self.engine.rng, self.engine.core_config
+                ).state
+                timeline.append(entry(now, 0, "cancelled: the cancel request arrived before the job"))
             document = {
                 "request": request.to_json(),
                 "fingerprint": fingerprint,
                 "state": state.to_dict(),
-                "timeline": [entry(now, 0, "request accepted")],
+                "timeline": timeline,
             }
             try:
-                self.store.create(job_key(request.job_id), document, fence=self.engine.fence())
+                # Unfenced and create-only: any instance may record it, leader or not.
+                self.store.create(job_key(request.job_id), document)
             except AlreadyExists:
                 existing = self.store.get(job_key(request.job_id))
             else:
                 self.engine.remember_request(request)
-                log.info("job accepted", job_id=request.job_id, attempt=0)
+                log.info("job accepted", job_id=request.job_id, attempt=0, born_cancelled=cancelled_before)
                 self.engine.timers.schedule(request.job_id, now)  # the engine submits attempt 1
-                return IntakeResult("accepted", request.job_id, "accepted")
+                return IntakeResult(
+                    "accepted", request.job_id, "accepted, and cancelled" if cancelled_before else "accepted"
+                )
         if existing is not None and existing.document.get("fingerprint") == fingerprint:
             return IntakeResult("duplicate", request.job_id, "already accepted; nothing to do")
         return self._reject(
@@ -106,6 +119,19 @@ class Intake:
             "use a new jobId to run a different job",
             request.job_id,
         )
+
+    def _record_cancel(self, job_id: str) -> IntakeResult:
+        now = self.engine.clock()
+        try:
+            self.store.create(cancel_key(job_id), {"jobId": job_id, "time": now})
+        except AlreadyExists:
+            pass  # cancelled before: the first record stands
+        known = self.store.get(job_key(job_id)) is not None
+        log.info("cancel recorded", job_id=job_id, attempt=None, job_known=known)
+        if known:
+            self.engine.timers.schedule(job_id, now)  # the leader applies it at once
+            return IntakeResult("cancel", job_id, "cancel requested")
+        return IntakeResult("cancel", job_id, "cancel recorded; the job will be born cancelled")
 
     def _reject(self, data: bytes, status: IntakeStatus, reason: str, job_id: str | None) -> IntakeResult:
         engine = self.engine
@@ -117,7 +143,7 @@ class Intake:
             "payload": data[:STORED_PAYLOAD_BYTES].decode("utf-8", errors="replace"),
         }
         try:
-            self.store.create(rejected_key_for_payload(data), record, fence=engine.fence())
+            self.store.create(rejected_key_for_payload(data), record)
         except AlreadyExists:
             pass  # the same bad message again: already recorded and alerted
         else:

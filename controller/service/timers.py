@@ -31,6 +31,13 @@ class TimerQueue:
         with self._cond:
             self._due.pop(job_id, None)  # its heap entries are skipped when popped
 
+    def clear(self) -> None:
+        """Drop every pending wake-up (a controller that stops leading acts on none of them)."""
+        with self._cond:
+            self._heap.clear()
+            self._due.clear()
+            self._cond.notify_all()
+
     def pop_due(self) -> list[str]:
         now = self._clock()
         due = []

@@ -6,7 +6,11 @@ version; a write names the version it replaces and is refused if the stored one 
 
 Fencing: a write may carry a fence token (the controller's lease generation). The store remembers
 the highest fence that wrote each document and refuses a write whose fence is lower, so a former
-leader that stalled and wakes up cannot overwrite what the new leader decided.
+leader that stalled and wakes up cannot overwrite what the new leader decided. It also keeps a
+store-wide floor: a new leader raises it (`raise_fence`) before it acts, and from then on every
+fenced write below the floor is refused, creates included, even on documents the new leader has
+not touched yet. Fence 0 means "unfenced": the intake's create-only records (any instance may
+write them, leader or not) carry it; a `put` with fence 0 is still held to the floor.
 
 Implementations: `sqlite.SqliteStateStore` (embedded, the default) and `gcs.GcsStateStore`
 (production). `tests/store/contract.py` holds the tests every implementation must pass.
@@ -58,14 +62,21 @@ class StateStore(Protocol):
         """The current document and version, or None."""
 
     def create(self, key: str, document: dict[str, Any], *, fence: int = 0) -> int:
-        """Store a new document; raise AlreadyExists if the key is taken. Returns its version."""
+        """Store a new document; raise AlreadyExists if the key is taken. Returns its version.
+
+        Raises Fenced if `fence` is positive and below the store's fence floor."""
 
     def put(self, key: str, document: dict[str, Any], *, expected_version: int, fence: int = 0) -> int:
         """Replace the document if its version is still `expected_version`.
 
         Raises VersionConflict if it is not (or the key is gone), Fenced if a higher fence wrote
-        it. Returns the new version.
+        it or `fence` is below the store's fence floor. Returns the new version.
         """
+
+    def raise_fence(self, fence: int) -> None:
+        """Refuse every later fenced write below `fence` (a new leader calls it before acting).
+
+        The floor only grows; raising it to a lower value changes nothing."""
 
     def list(self, prefix: str = "") -> Iterator[Versioned]:
         """All documents whose key starts with `prefix`, in key order."""

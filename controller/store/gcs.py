@@ -8,6 +8,12 @@ is a large server-assigned number.
 Every write is an upload with `ifGenerationMatch` set to the generation whose envelope was just
 read and checked (version and fence), or 0 for create. GCS refuses it with 412 if anyone wrote
 in between, so read-check-write acts as one compare-and-set and the counter cannot fork.
+
+The fence floor is one more object, `{prefix}/fence-floor` (no `.json`, so it is never listed as
+a key), holding `{"fence": N}`; fenced writes read it first. GCS has no transaction across two
+objects, so a write that read the floor just before a new leader raised it can still land: the
+floor narrows a deposed leader's window to one read-to-write gap, the per-document fence and the
+lease check before every side effect close the rest.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from controller.store.base import (
 
 ENVELOPE_FORMAT = "relaunch-state/v1"
 _SUFFIX = ".json"
+FENCE_FLOOR_NAME = "fence-floor"
 _log = logs.get("relaunch.store.gcs")
 
 
@@ -117,6 +124,47 @@ class GcsStateStore:
             if stored is not None:  # None: deleted since the listing, it is simply gone
                 yield Versioned(key, stored.document, stored.version)
 
+    # -- the fence floor -----------------------------------------------------------------
+
+    def _floor_name(self) -> str:
+        return f"{self._prefix}/{FENCE_FLOOR_NAME}" if self._prefix else FENCE_FLOOR_NAME
+
+    def _read_floor(self) -> tuple[int, int]:
+        """(floor, generation of the floor object); (0, 0) when there is none yet."""
+        blob = self._bucket.blob(self._floor_name())
+        try:
+            body = gcs_client.call(
+                lambda: blob.download_as_bytes(timeout=self._timeout, retry=None), what="read fence floor"
+            )
+        except gexc.NotFound:
+            return 0, 0
+        try:
+            return int(json.loads(body)["fence"]), int(blob.generation)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise StoreError(f"gs://{self._bucket.name}/{self._floor_name()} is garbled: {exc}") from exc
+
+    def _check_floor(self, key: str, fence: int) -> None:
+        floor, _ = self._read_floor()
+        if fence < floor:
+            _log.warning("write below the fence floor refused", key=key, fence=fence, floor=floor)
+            raise Fenced(f"{key}: a controller with fence {floor} leads now, this writer has {fence}")
+
+    def raise_fence(self, fence: int) -> None:
+        while True:
+            floor, generation = self._read_floor()
+            if floor >= fence:
+                return
+            try:
+                gcs_client.conditional_upload(
+                    self._bucket.blob(self._floor_name()),
+                    json.dumps({"fence": fence}).encode(),
+                    if_generation_match=generation,
+                    timeout=self._timeout,
+                )
+                return
+            except gexc.PreconditionFailed:
+                continue  # someone moved it meanwhile: look again
+
     # -- writes --------------------------------------------------------------------------
 
     def _upload(
@@ -132,6 +180,8 @@ class GcsStateStore:
 
     def create(self, key: str, document: dict[str, Any], *, fence: int = 0) -> int:
         name = self._object_name(key)
+        if fence > 0:
+            self._check_floor(key, fence)
         try:
             self._upload(name, document, version=1, fence=fence, if_generation_match=0)
         except gexc.PreconditionFailed:
@@ -149,6 +199,7 @@ class GcsStateStore:
         if fence < live.fence:
             _log.warning("fenced write refused", key=key, fence=fence, stored_fence=live.fence)
             raise Fenced(f"{key}: written under fence {live.fence}, this writer has {fence}")
+        self._check_floor(key, fence)
         try:
             self._upload(
                 name, document, version=expected_version + 1, fence=fence, if_generation_match=live.generation

@@ -8,6 +8,9 @@ JOBS_PREFIX = "jobs/"
 REJECTED_PREFIX = "rejected/"
 # One claim per checkpoint root: which job owns it (controller.service.ownership).
 CHECKPOINT_ROOTS_PREFIX = "checkpoint-roots/"
+# A cancel request, recorded by the intake whether or not the job exists yet (a tombstone when
+# it does not): the job is born cancelled if its request arrives later.
+CANCELS_PREFIX = "cancels/"
 
 
 def job_key(job_id: str) -> str:
@@ -29,3 +32,7 @@ def checkpoint_root_key(segments: list[str]) -> str:
     Each segment becomes a short hash, so any object name fits the store's key alphabet and a
     root's claim key is a prefix of the claim keys of every root inside it (found with `list`)."""
     return CHECKPOINT_ROOTS_PREFIX + "/".join(hashlib.sha256(s.encode()).hexdigest()[:10] for s in segments)
+
+
+def cancel_key(job_id: str) -> str:
+    return f"{CANCELS_PREFIX}{job_id}"

@@ -27,6 +27,10 @@ CREATE TABLE IF NOT EXISTS documents (
     body TEXT NOT NULL,
     version INTEGER NOT NULL,
     fence INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS fence_floor (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    fence INTEGER NOT NULL
 )
 """
 
@@ -42,7 +46,7 @@ class SqliteStateStore:
         with self._lock:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
-            self._db.execute(_SCHEMA)
+            self._db.executescript(_SCHEMA)
 
     def close(self) -> None:
         with self._lock:
@@ -58,14 +62,35 @@ class SqliteStateStore:
         check_key(key)
         body = json.dumps(document, sort_keys=True)
         with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
             try:
+                if fence > 0:
+                    self._check_floor(key, fence)
                 self._db.execute(
                     "INSERT INTO documents (key, body, version, fence) VALUES (?, ?, 1, ?)",
                     (key, body, fence),
                 )
+                self._db.execute("COMMIT")
             except sqlite3.IntegrityError:
+                self._db.execute("ROLLBACK")
                 raise AlreadyExists(key) from None
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
         return 1
+
+    def _check_floor(self, key: str, fence: int) -> None:
+        row = self._db.execute("SELECT fence FROM fence_floor WHERE id = 1").fetchone()
+        if row is not None and fence < row[0]:
+            raise Fenced(f"{key}: a controller with fence {row[0]} leads now, this writer has {fence}")
+
+    def raise_fence(self, fence: int) -> None:
+        with self._lock:
+            self._db.execute(
+                "INSERT INTO fence_floor (id, fence) VALUES (1, ?) "
+                "ON CONFLICT(id) DO UPDATE SET fence = MAX(fence, excluded.fence)",
+                (fence,),
+            )
 
     def put(self, key: str, document: dict[str, Any], *, expected_version: int, fence: int = 0) -> int:
         check_key(key)
@@ -83,6 +108,7 @@ class SqliteStateStore:
                     )
                 if fence < row[1]:
                     raise Fenced(f"{key}: written under fence {row[1]}, this writer has {fence}")
+                self._check_floor(key, fence)
                 self._db.execute(
                     "UPDATE documents SET body = ?, version = ?, fence = ? WHERE key = ?",
                     (body, expected_version + 1, fence, key),

@@ -124,10 +124,42 @@ class Response(lib_server.Response):
                 remaining -= len(piece)
 
 
+class Disturbances:
+    """Fault injection: a whole-service outage (every request answers 503, as GCS does while it
+    is unavailable) and per-bucket refusals (e.g. 403 for a bucket the caller may not read;
+    the stand-in has no IAM, so this knob stands in for a missing role)."""
+
+    _BUCKET_IN_PATH = re.compile(r"/b/([^/]+)")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.outage = False
+        self._refused: dict[str, HTTPStatus] = {}
+
+    def set_outage(self, down: bool) -> None:
+        with self._lock:
+            self.outage = bool(down)
+
+    def refuse_bucket(self, bucket: str, status: int | None) -> None:
+        with self._lock:
+            if status is None:
+                self._refused.pop(bucket, None)
+            else:
+                self._refused[bucket] = HTTPStatus(int(status))
+
+    def refusal(self, path: str) -> HTTPStatus | None:
+        with self._lock:
+            if self.outage:
+                return HTTPStatus.SERVICE_UNAVAILABLE
+            match = self._BUCKET_IN_PATH.search(path)
+            return self._refused.get(match.group(1)) if match else None
+
+
 @dataclass
 class Backend:
     storage: GcsStorage
     sessions: uploads.UploadSessions = field(default_factory=uploads.UploadSessions)
+    disturbances: Disturbances = field(default_factory=Disturbances)
 
 
 # Library handlers replaced by ours; these take (request, response, backend).
@@ -163,6 +195,11 @@ _ROUTES = [
 
 
 def dispatch(request: Request, response: Response, backend: Backend) -> None:
+    refusal = backend.disturbances.refusal(request.path)
+    if refusal is not None:
+        reason = "backendError" if refusal >= 500 else "forbidden" if refusal == 403 else "refused"
+        replies.error(response, refusal, reason, f"fault injection: {refusal.phrase}")
+        return
     for pattern, methods in _ROUTES:
         match = pattern.fullmatch(request.path)
         if not match:
@@ -220,7 +257,10 @@ class GcsEmulator:
 
     def __init__(self, host: str, port: int, data_dir: str | None):
         self.storage = GcsStorage(data_dir)
-        handler = type("Handler", (_RequestHandler,), {"backend": Backend(self.storage)})
+        self.disturbances = Disturbances()
+        handler = type(
+            "Handler", (_RequestHandler,), {"backend": Backend(self.storage, disturbances=self.disturbances)}
+        )
         self._server = _ThreadingServer((host, port), handler)
         self.host = host
         self.port = self._server.server_address[1]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -30,6 +31,7 @@ class ControllerProcess:
             **env,
             "PORT": str(self.port),
             "RELAUNCH_CREATE_SUBSCRIPTIONS": "true",
+            "PYTHONUNBUFFERED": "1",  # every log line on disk before a kill -9 or SIGSTOP
             **settings,
         }
         self._log = open(log_path, "ab")
@@ -75,8 +77,27 @@ class ControllerProcess:
         self.proc.kill()
         self.proc.wait(timeout=30)
 
+    def pause(self) -> None:
+        """SIGSTOP: the process is frozen mid-whatever, as a long GC pause or a stalled VM."""
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        self.proc.send_signal(signal.SIGCONT)
+
+    def log_lines(self) -> list[dict]:
+        """The structlog JSON lines this process wrote (other lines skipped)."""
+        lines = []
+        for line in self.logs().splitlines():
+            if line.startswith("{"):
+                try:
+                    lines.append(json.loads(line))
+                except ValueError:
+                    continue
+        return lines
+
     def stop(self) -> int:
         if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)  # a paused process cannot act on SIGTERM
             self.proc.terminate()
             try:
                 self.proc.wait(timeout=30)
@@ -95,3 +116,42 @@ def wait_for(check, timeout: float = 60.0, what: str = "condition"):
             return value
         time.sleep(0.1)  # polling another process's state over HTTP/gRPC
     raise TimeoutError(f"{what} not reached in {timeout}s")
+
+
+def topic_settings(tag: str) -> dict[str, str]:
+    """A unique set of topics, so one test's leftovers never reach another's controller."""
+    return {
+        "RELAUNCH_REQUESTS_TOPIC": f"requests-{tag}",
+        "RELAUNCH_REQUESTS_SUBSCRIPTION": f"requests-{tag}-ctl",
+        "RELAUNCH_EVENTS_TOPIC": f"events-{tag}",
+        "RELAUNCH_EVENTS_SUBSCRIPTION": f"events-{tag}-ctl",
+        "RELAUNCH_ALERTS_TOPIC": f"alerts-{tag}",
+        "RELAUNCH_DEAD_LETTER_TOPIC": f"dead-{tag}",
+    }
+
+
+def publish(project: str, topic: str, body: bytes) -> None:
+    from google.cloud import pubsub_v1
+
+    pubsub_v1.PublisherClient().publish(f"projects/{project}/topics/{topic}", body).result(timeout=30)
+
+
+def vertex_jobs_for(devstack, job_id: str, attempt: int | None = None) -> list:
+    return [
+        j
+        for j in devstack.vertex.jobs()
+        if j.labels.get("relaunch-job") == job_id
+        and (attempt is None or j.labels.get("relaunch-attempt") == str(attempt))
+    ]
+
+
+def cancel_vertex_jobs(devstack, job_ids) -> None:
+    """Stop the CustomJobs of these jobs (their replicas are real processes that would run on)."""
+    from google.cloud import aiplatform_v1
+
+    for job in devstack.vertex.jobs():
+        if job.labels.get("relaunch-job") in job_ids:
+            try:
+                devstack.vertex.cancel_custom_job(aiplatform_v1.CancelCustomJobRequest(name=job.name))
+            except Exception:  # already ended: nothing to stop
+                pass

@@ -56,6 +56,30 @@ class StateStoreContract:
         store.create("job-a", {"n": 1}, fence=5)
         assert store.put("job-a", {"n": 2}, expected_version=1, fence=5) > 1
 
+    def test_a_raised_fence_floor_refuses_lower_fenced_creates_and_puts(self, store):
+        store.create("jobs/a", {"by": "old leader"}, fence=3)
+        store.raise_fence(4)  # a new leader takes over, before it has written anything
+        with pytest.raises(Fenced):
+            store.create("jobs/b", {"by": "old leader"}, fence=3)
+        with pytest.raises(Fenced):
+            store.put("jobs/a", {"by": "old leader"}, expected_version=1, fence=3)
+        assert store.get("jobs/b") is None and store.get("jobs/a").document == {"by": "old leader"}
+        assert store.create("jobs/c", {"by": "new leader"}, fence=4) == 1
+        assert store.put("jobs/a", {"by": "new leader"}, expected_version=1, fence=4) == 2
+
+    def test_the_fence_floor_never_goes_down(self, store):
+        store.raise_fence(7)
+        store.raise_fence(5)
+        with pytest.raises(Fenced):
+            store.create("jobs/a", {}, fence=6)
+
+    def test_unfenced_creates_are_allowed_whoever_leads(self, store):
+        """The intake records requests and cancels on any instance, leader or not."""
+        store.raise_fence(9)
+        assert store.create("requests/x", {"n": 1}) == 1
+        assert store.create("requests/x-fenced-zero", {"n": 1}, fence=0) == 1
+        assert [v.key for v in store.list("")] == ["requests/x", "requests/x-fenced-zero"]
+
     def test_concurrent_writers_from_one_version_exactly_one_wins(self, store):
         store.create("job-a", {"n": 0})
         outcomes = []

@@ -1,4 +1,9 @@
-"""Leader lease on the GCS stand-in, with a hand-driven clock (no sleeping for expiry)."""
+"""Leader lease on the GCS stand-in, with a hand-driven clock (no sleeping for expiry).
+
+The clock stands for each host's monotonic clock. A contender judges expiry by how long it has
+itself seen one generation unchanged, so tests let it look once (`try_acquire` -> False) before
+they advance the clock past the lease.
+"""
 
 from __future__ import annotations
 
@@ -52,8 +57,8 @@ def clock():
 def make_lease(gcs_client, clock):
     name = f"controller-{next(_names)}"
 
-    def make(holder: str, client=None) -> Lease:
-        return Lease(BUCKET, name, holder, DURATION, client=client or gcs_client, clock=clock)
+    def make(holder: str, client=None, clock_=None) -> Lease:
+        return Lease(BUCKET, name, holder, DURATION, client=client or gcs_client, clock=clock_ or clock)
 
     return make
 
@@ -89,6 +94,7 @@ def test_is_held_ends_with_a_safety_margin_before_expiry(make_lease, clock):
 def test_takeover_after_expiry_and_the_old_holder_learns_it_lost(make_lease, clock):
     a, b = make_lease("a"), make_lease("b")
     assert a.try_acquire()
+    assert not b.try_acquire()  # b starts counting from here
     clock.advance(DURATION + 0.1)
     assert b.try_acquire() and b.is_held()
     assert a.renew() is False
@@ -108,9 +114,11 @@ def test_fence_strictly_increases_with_every_change_of_holder(make_lease, clock)
     holders = [make_lease(h) for h in ("a", "b", "c", "a2")]
     fences = []
     for lease in holders:
+        if fences:
+            assert not lease.try_acquire()  # sees the previous holder's lease first
+            clock.advance(DURATION + 1)
         assert lease.try_acquire()
         fences.append(lease.fence)
-        clock.advance(DURATION + 1)
     assert fences == sorted(set(fences)) and len(fences) == 4
 
 
@@ -126,6 +134,7 @@ def test_release_lets_another_acquire_immediately(make_lease):
 def test_release_after_losing_does_not_delete_the_new_holders_lease(make_lease, clock):
     a, b, c = make_lease("a"), make_lease("b"), make_lease("c")
     assert a.try_acquire()
+    assert not b.try_acquire()
     clock.advance(DURATION + 1)
     assert b.try_acquire()
     a.release()  # a does not know yet that it lost
@@ -141,6 +150,9 @@ def test_fence_before_acquiring_is_an_error(make_lease):
 def test_racing_controllers_exactly_one_wins(make_lease, clock):
     for round_ in range(2):  # once on a fresh object, once on an expired one
         leases = [make_lease(f"r{round_}-{i}", client=_client()) for i in range(6)]
+        if round_:
+            assert not any(lease.try_acquire() for lease in leases)  # all see the old lease
+            clock.advance(DURATION + 1)
         barrier = threading.Barrier(len(leases))
         won = []
 
@@ -155,7 +167,6 @@ def test_racing_controllers_exactly_one_wins(make_lease, clock):
         for t in threads:
             t.join(timeout=60)
         assert len(won) == 1, won
-        clock.advance(DURATION + 1)
 
 
 def test_stale_leaders_store_write_is_refused(make_lease, clock, gcs_client):
@@ -163,6 +174,7 @@ def test_stale_leaders_store_write_is_refused(make_lease, clock, gcs_client):
     a, b = make_lease("a"), make_lease("b")
     assert a.try_acquire()
     version = store.create("jobs/demo-gpt", {"phase": "running", "by": "a"}, fence=a.fence)
+    assert not b.try_acquire()
 
     clock.advance(DURATION + 1)  # a stalls past its lease
     assert b.try_acquire()
@@ -181,6 +193,7 @@ def test_keeper_reports_a_lost_lease(make_lease, clock):
     a, b = make_lease("a"), make_lease("b")
     assert a.try_acquire()
     lost = threading.Event()
+    assert not b.try_acquire()
     with LeaseKeeper(a, renew_every=0.02, on_lost=lost.set):
         clock.advance(DURATION + 1)
         assert b.try_acquire()
@@ -213,3 +226,46 @@ def test_keeper_keeps_the_lease_alive(make_lease, clock):
             assert renewed.wait_for(lambda: clock.now in renewal_clock_readings, timeout=20)
         assert not b.try_acquire()
         assert not lost.is_set()
+
+
+def test_a_clock_step_on_one_host_does_not_make_two_leaders(make_lease, clock):
+    """Finding 7: expiry used to compare the holder's written wall time with the reader's clock,
+    so a reader whose clock ran a lease-length ahead took over a lease still being renewed."""
+    ahead = FakeClock(clock.now + DURATION + 60)  # b's clock reads far ahead of a's
+    a, b = make_lease("a"), make_lease("b", clock_=ahead)
+    assert a.try_acquire()
+    assert not b.try_acquire()
+    for _ in range(4):  # a keeps renewing; b's clock keeps running, a lease length at a time
+        clock.advance(DURATION / 2)
+        ahead.advance(DURATION / 2)
+        assert a.renew() and a.is_held()
+        assert not b.try_acquire()
+        assert not b.is_held()
+
+
+def test_a_contender_waits_a_whole_lease_of_its_own_time_before_taking_over(make_lease, clock):
+    a, b = make_lease("a"), make_lease("b")
+    assert a.try_acquire()
+    assert not b.try_acquire()
+    clock.advance(DURATION - 0.5)
+    assert not b.try_acquire()  # a's view of its lease has not run out yet
+    assert not a.is_held()  # ... but a stopped acting a safety margin earlier
+    clock.advance(1.0)
+    assert b.try_acquire()
+
+
+def test_check_refuses_to_act_once_the_lease_ran_out(make_lease, clock):
+    a = make_lease("a")
+    assert a.try_acquire()
+    assert 0 < a.check() <= DURATION - a.safety_margin_seconds
+    clock.advance(DURATION - a.safety_margin_seconds)
+    with pytest.raises(LeaseNotHeld):
+        a.check("create a CustomJob")
+
+
+def test_abandon_stops_acting_at_once_and_renew_does_not_revive_it(make_lease):
+    a = make_lease("a")
+    assert a.try_acquire()
+    a.abandon()
+    assert not a.is_held()
+    assert a.renew() is False

@@ -3,57 +3,16 @@
 from __future__ import annotations
 
 import time
-import uuid
 
 import pytest
-from google.cloud import pubsub_v1
 
-from tests.support.daemon import ControllerProcess, wait_for
+from tests.support.daemon import publish as support_publish
+from tests.support.daemon import vertex_jobs_for, wait_for
 from tests.support.engine import PROJECT, request
 
 
 def publish(body: bytes, topic: str = "relaunch-requests") -> None:
-    pubsub_v1.PublisherClient().publish(f"projects/{PROJECT}/topics/{topic}", body).result(timeout=30)
-
-
-def vertex_jobs_for(devstack, job_id, attempt=None):
-    return [
-        j
-        for j in devstack.vertex.jobs()
-        if j.labels.get("relaunch-job") == job_id
-        and (attempt is None or j.labels.get("relaunch-attempt") == str(attempt))
-    ]
-
-
-@pytest.fixture
-def controllers():
-    """Start controller processes through this, so none outlives its test, even a failed one."""
-    started = []
-
-    def start(*args, **kwargs) -> ControllerProcess:
-        process = ControllerProcess(*args, **kwargs)
-        started.append(process)
-        return process
-
-    yield start
-    for process in started:
-        process.stop()
-
-
-@pytest.fixture
-def settings(tmp_path):
-    # A unique set of topics per test, so one test's leftovers never reach another's controller.
-    tag = uuid.uuid4().hex[:6]
-    return {
-        "RELAUNCH_STATE_STORE": f"sqlite:///{tmp_path}/state.db",
-        "RELAUNCH_RECONCILE_SECONDS": "1",
-        "RELAUNCH_REQUESTS_TOPIC": f"requests-{tag}",
-        "RELAUNCH_REQUESTS_SUBSCRIPTION": f"requests-{tag}-ctl",
-        "RELAUNCH_EVENTS_TOPIC": f"events-{tag}",
-        "RELAUNCH_EVENTS_SUBSCRIPTION": f"events-{tag}-ctl",
-        "RELAUNCH_ALERTS_TOPIC": f"alerts-{tag}",
-        "RELAUNCH_DEAD_LETTER_TOPIC": f"dead-{tag}",
-    }
+    support_publish(PROJECT, topic, body)
 
 
 @pytest.mark.parametrize("crash_point", ["after-intent", "after-create"])
