@@ -32,6 +32,7 @@ test: $(STAMP) check browser
 check: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 	$(BIN)/lint-imports
 
 clean:

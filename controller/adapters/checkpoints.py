@@ -16,6 +16,7 @@ attempt's ending with progress unknown instead of retrying for ever.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from google.api_core import exceptions as gexc
 
@@ -66,7 +67,7 @@ class _GcsReader:
     parser) from an absent one.
     """
 
-    def __init__(self, client, uri: str, timeout: float):
+    def __init__(self, client: Any, uri: str, timeout: float):
         bucket, _, prefix = uri[len("gs://") :].partition("/")
         if not bucket:
             raise storage.StorageError(f"no bucket in {uri!r}")
@@ -113,11 +114,11 @@ class _GcsReader:
 
 
 class CheckpointProbe:
-    def __init__(self, client=None, *, timeout: float = gcs_client.CALL_TIMEOUT_SECONDS):
+    def __init__(self, client: Any = None, *, timeout: float = gcs_client.CALL_TIMEOUT_SECONDS):
         self._client = client
         self._timeout = timeout
 
-    def _open(self, checkpoint_uri: str):
+    def _open(self, checkpoint_uri: str) -> Any:
         if checkpoint_uri.startswith("gs://"):
             if self._client is None:
                 self._client = gcs_client.make_client()
@@ -178,7 +179,7 @@ class CheckpointProbe:
         return record
 
     @staticmethod
-    def _warn_about_rejected_markers(reader, chosen: layout.CommitMarker | None, log) -> None:
+    def _warn_about_rejected_markers(reader: Any, chosen: layout.CommitMarker | None, log: Any) -> None:
         for key in sorted(getattr(reader, "keys_read", ())):
             step = layout.parse_step_dir(key.rsplit("/", 1)[0])
             if step is not None and (chosen is None or step > chosen.step):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import requests
 from google.api_core import exceptions as gexc
@@ -47,7 +47,7 @@ _log = logs.get("relaunch.gcs")
 T = TypeVar("T")
 
 
-def make_client(project: str | None = None):
+def make_client(project: str | None = None) -> Any:
     """A storage client; against the emulator it uses anonymous credentials (none to look up)."""
     from google.cloud import storage
 
@@ -78,7 +78,7 @@ def retrying(
     deadline = RETRY_DEADLINE_SECONDS if deadline is None else deadline
     attempts = RETRY_ATTEMPTS if attempts is None else attempts
 
-    def log_retry(state):
+    def log_retry(state: Any) -> None:
         _log.warning(
             "retrying after a transient error",
             operation=what,
@@ -95,7 +95,7 @@ def retrying(
     )
 
 
-def call(fn: Callable[[], T], *, what: str = "gcs call", **policy) -> T:
+def call(fn: Callable[[], T], *, what: str = "gcs call", **policy: Any) -> T:
     """Run `fn` under the retry policy; the last error is re-raised once it gives up."""
     return retrying(what=what, **policy)(fn)
 
@@ -105,7 +105,7 @@ def new_write_id() -> str:
 
 
 def conditional_upload(
-    blob,
+    blob: Any,
     data: bytes,
     *,
     if_generation_match: int,

@@ -28,6 +28,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from google.api_core import exceptions as gexc
 
@@ -57,7 +58,7 @@ class Lease:
         name: str,
         holder_id: str,
         duration_seconds: float,
-        client=None,
+        client: Any = None,
         clock: Callable[[], float] = time.monotonic,
         *,
         safety_margin_seconds: float | None = None,
@@ -295,7 +296,7 @@ class LeaseKeeper:
     def __enter__(self) -> LeaseKeeper:
         return self.start()
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
     def _run(self) -> None:

@@ -14,8 +14,10 @@ for quota can never stretch the time between "none exists" and CreateCustomJob.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 from google.api_core import exceptions as gexc
@@ -70,7 +72,7 @@ def job_labels(job: aiplatform_v1.CustomJob) -> tuple[str | None, int | None]:
         return labels.get(JOB_LABEL), None
 
 
-def timestamp_seconds(value) -> float | None:
+def timestamp_seconds(value: Any) -> float | None:
     """A proto timestamp (DatetimeWithNanoseconds) as epoch seconds; None when unset."""
     if value is None:
         return None
@@ -178,7 +180,14 @@ class VertexBackend:
             reraise=True,
         )
 
-    def _call(self, api: str, fn, *, retry_on=RETRYABLE_READ, limiter: RateLimiter | None = None):
+    def _call(
+        self,
+        api: str,
+        fn: Callable[[], Any],
+        *,
+        retry_on: tuple[type[Exception], ...] = RETRYABLE_READ,
+        limiter: RateLimiter | None = None,
+    ) -> Any:
         for attempt in self._retrying(retry_on):
             with attempt:
                 (limiter or self.reads).acquire()
@@ -200,7 +209,7 @@ class VertexBackend:
     def list_jobs(self, filter_: str) -> Iterator[aiplatform_v1.CustomJob]:
         request = aiplatform_v1.ListCustomJobsRequest(parent=self.parent, filter=filter_, page_size=100)
         while True:
-            page = self._call("ListCustomJobs", lambda request=request: self._list_page(request))
+            page = self._call("ListCustomJobs", functools.partial(self._list_page, request))
             yield from page.custom_jobs
             if not page.next_page_token:
                 return
@@ -208,7 +217,7 @@ class VertexBackend:
                 parent=self.parent, filter=filter_, page_size=100, page_token=page.next_page_token
             )
 
-    def _list_page(self, request: aiplatform_v1.ListCustomJobsRequest):
+    def _list_page(self, request: aiplatform_v1.ListCustomJobsRequest) -> Any:
         # One RPC per page, so each page is rate limited and retried on its own.
         # The pager delegates attribute reads to the page it fetched; it fetches no more unless
         # iterated, so `custom_jobs` and `next_page_token` here are this page's.
