@@ -84,3 +84,17 @@ def alerts_topic(devstack):
     publisher.create_topic(name=topic)
     subscriber.create_subscription(name=subscription, topic=topic)
     return topic, subscription
+
+
+@pytest.fixture(autouse=True)
+def _devstack_environment(request):
+    """A test that uses `devstack` sees devstack's environment, even after a session-scoped
+    `pubsub_backend` (Pub/Sub conformance) pointed PUBSUB_EMULATOR_HOST elsewhere."""
+    if "devstack" not in request.fixturenames or "pubsub_backend" in request.fixturenames:
+        yield
+        return
+    stack = request.getfixturevalue("devstack")
+    with pytest.MonkeyPatch.context() as patch:
+        for key, value in stack.env().items():
+            patch.setenv(key, value)
+        yield
