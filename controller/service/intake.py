@@ -78,9 +78,8 @@ class Intake:
         fingerprint = request.fingerprint()
         existing = self.store.get(job_key(request.job_id))
         if existing is None:
-            refusal = claim_checkpoint_root(
-                self.store, request.job_id, request.checkpoint_uri, settings, fence=self.engine.fence()
-            )
+            # Unfenced like every intake record: any instance may claim, leader or not.
+            refusal = claim_checkpoint_root(self.store, request.job_id, request.checkpoint_uri, settings)
             if refusal is not None:
                 return self._reject(data, refusal.status, refusal.reason, request.job_id)
             now = self.engine.clock()
