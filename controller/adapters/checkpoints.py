@@ -151,15 +151,25 @@ class CheckpointProbe:
         """The trainer's own account of how `attempt` ended, or None if it left none.
 
         `vertex_job_id` (the numeric id that ends the CustomJob's resource name, what replicas see
-        as CLOUD_ML_JOB_ID) names the CustomJob the store recorded for the attempt. Records are
-        keyed by attempt number today (`trainer.layout.exit_record_path`); once the trainer keys
-        them by Vertex job id as well, this is the one place that reads the keyed record first,
-        so a cancelled duplicate's record can never speak for the recorded job.
+        as CLOUD_ML_JOB_ID) names the CustomJob the store recorded for the attempt. The trainer
+        writes its record under a name keyed by that id (`trainer.layout.exit_record_key`), which is
+        read first, so a cancelled duplicate's record can never speak for the recorded job. The
+        legacy per-attempt name is read only when no keyed record exists, and trusted only if it
+        names no CustomJob or this one (a trainer of an older release, or a run outside Vertex).
         """
         log = _log.bind(checkpoint_uri=checkpoint_uri, attempt=attempt, vertex_job=vertex_job_id)
         try:
             reader = self._open(checkpoint_uri)
-            record = storage.read_exit_record(reader, attempt)
+            record = storage.read_exit_record(reader, attempt, vertex_job_id) if vertex_job_id else None
+            if record is None:
+                legacy = storage.read_exit_record(reader, attempt)
+                if legacy is not None and legacy.vertex_job_id in (None, vertex_job_id):
+                    record = legacy
+                elif legacy is not None:
+                    log.info(
+                        "exit record belongs to another CustomJob; ignoring it", writer=legacy.vertex_job_id
+                    )
+                    return None
         except (storage.StorageError, NotADirectoryError) as exc:
             log.warning("checkpoint location unusable", error=str(exc))
             return None
@@ -171,8 +181,9 @@ class CheckpointProbe:
                 f"cannot read the exit record of attempt {attempt} under {checkpoint_uri}: {exc!r}"
             ) from exc
         if record is None:
-            key = layout.exit_record_path("", attempt).lstrip("/")
-            if key in getattr(reader, "keys_read", ()):
+            keys = {layout.exit_record_key(attempt, vertex_job_id), layout.exit_record_key(attempt)}
+            key = next((k for k in sorted(keys) if k in getattr(reader, "keys_read", ())), None)
+            if key is not None:
                 log.warning("exit record is garbled, ignoring it", key=key)
             else:
                 log.info("no exit record")
@@ -181,6 +192,8 @@ class CheckpointProbe:
     @staticmethod
     def _warn_about_rejected_markers(reader: Any, chosen: layout.CommitMarker | None, log: Any) -> None:
         for key in sorted(getattr(reader, "keys_read", ())):
+            if not key.endswith(layout.COMMIT_MARKER_NAME):
+                continue  # a quarantine marker, read to skip its step, is no garbled commit marker
             step = layout.parse_step_dir(key.rsplit("/", 1)[0])
             if step is not None and (chosen is None or step > chosen.step):
                 log.warning("commit marker is garbled, ignoring that checkpoint", step=step)

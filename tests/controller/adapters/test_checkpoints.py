@@ -151,3 +151,36 @@ def test_local_roots_work_too(probe, tmp_path):
     step_dir.mkdir(parents=True)
     (step_dir / "COMMITTED.json").write_text(_marker(20).to_json())
     assert probe.latest(root).uri == f"{root}/step-0000000020"
+
+
+def _preempted(attempt: int, vertex_job_id: str | None, step: int) -> layout.ExitRecord:
+    return layout.ExitRecord(
+        job_id="demo-gpt",
+        attempt=attempt,
+        reason="preempted",
+        exit_code=75,
+        step=step,
+        last_committed_step=step,
+        checkpoint_saved=True,
+        signal="SIGTERM",
+        vertex_job_id=vertex_job_id,
+    )
+
+
+def test_each_custom_job_reads_its_own_exit_record_and_never_a_duplicates(probe, root):
+    # Two CustomJobs ran attempt 4 (an adopted ambiguous create); the duplicate wrote last, so the
+    # legacy per-attempt name holds its record. The recorded job still reads its own.
+    recorded, duplicate = _preempted(4, "111", 130), _preempted(4, "222", 7)
+    write_exit_record(GcsStorage(root), recorded)
+    write_exit_record(GcsStorage(root), duplicate)
+    assert probe.exit_record(root, 4, vertex_job_id="111") == recorded
+    assert probe.exit_record(root, 4, vertex_job_id="222") == duplicate
+    # A third job that left no record of its own is not spoken for by another's.
+    assert probe.exit_record(root, 4, vertex_job_id="333") is None
+
+
+def test_a_record_that_names_no_custom_job_is_read_for_any(probe, root):
+    # A trainer of an older release, or a run outside Vertex: only the legacy name exists.
+    record = _preempted(5, None, 40)
+    write_exit_record(GcsStorage(root), record)
+    assert probe.exit_record(root, 5, vertex_job_id="111") == record
