@@ -118,6 +118,13 @@ class Settings(BaseSettings):
     )
 
     # Health.
+    shutdown_seconds: float = Field(
+        8.0,
+        gt=0,
+        le=60,
+        description="Budget of a graceful shutdown: drain the subscriptions, but release the leader "
+        "lease within it (Cloud Run kills the instance 10 s after SIGTERM).",
+    )
     loop_stall_seconds: float = Field(
         600.0,
         gt=0,

@@ -342,15 +342,22 @@ class Controller:
         self.alerts.forget_job(job_id)
         self.metrics.forget_job(job_id)
 
-    def _close_streams(self, *which: str, timeout: float = 10.0) -> None:
+    def _close_streams(self, *which: str, timeout: float = 10.0) -> bool:
+        """Stop pulling and let in-flight callbacks finish, all within `timeout` seconds in total
+        (not per stream); True when every stream drained in that time."""
+        deadline = time.monotonic() + timeout
         names = [name for name in (which or tuple(self._streams)) if name in self._streams]
         for name in names:
             self._streams[name].cancel()  # stop pulling; in-flight callbacks run to completion
+        drained = True
         for name in names:
             try:
-                self._streams.pop(name).result(timeout=timeout)
-            except (FutureTimeout, Exception):
-                pass
+                self._streams.pop(name).result(timeout=max(0.0, deadline - time.monotonic()))
+            except FutureTimeout:
+                drained = False
+            except Exception:
+                pass  # a stream that ended with an error has nothing left to drain
+        return drained
 
     def _pause_or_resume_intake(self) -> None:
         """While the store fails the intake, pull no requests: each delivery that cannot be
@@ -404,6 +411,13 @@ class Controller:
             problems = self.stream_problems()
             return (False, "leader not receiving: " + "; ".join(problems)) if problems else (True, "leader")
         return True, "standby"
+
+    def _release_lease(self) -> None:
+        if self.lease is not None and self._leading and self._step_down_reason is None:
+            try:
+                self.lease.release()
+            except Exception as error:
+                log.warning("lease release failed", error=str(error))
 
     # --- the loop ---------------------------------------------------------------------------
     def _try_to_lead(self) -> None:
@@ -527,15 +541,20 @@ class Controller:
         log.info("http serving", port=self.http.port)
 
     def _shutdown(self) -> None:
-        log.info("shutting down: closing subscriptions, releasing the lease")
+        """Within `shutdown_seconds` in all (Cloud Run sends SIGKILL 10 s after SIGTERM): stop
+        pulling and drain, but hand the lease over in time whatever the drain does, so that the
+        successor takes over at once instead of waiting out the lease."""
+        budget = self.settings.shutdown_seconds
+        log.info("shutting down: closing subscriptions, releasing the lease", budget_seconds=budget)
+        deadline = time.monotonic() + budget
         if self._keeper is not None:
-            self._keeper.stop(timeout=1.0)
-        self._close_streams()
-        if self.lease is not None and self._leading and self._step_down_reason is None:
-            try:
-                self.lease.release()
-            except Exception as error:
-                log.warning("lease release failed", error=str(error))
+            self._keeper.stop(timeout=min(1.0, budget / 10))
+        # Keep the last part of the budget for the lease release (one GCS delete).
+        release_reserve = min(3.0, budget / 3)
+        drained = self._close_streams(timeout=max(0.0, deadline - release_reserve - time.monotonic()))
+        if not drained:
+            log.warning("subscriptions not drained in time; releasing the lease first")
+        self._release_lease()  # unacked messages are redelivered to the successor: nothing is lost
         self._leading = False
         if self.http is not None:
             self.http.stop()
