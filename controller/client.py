@@ -228,7 +228,7 @@ class Client:
             publisher.client.stop()
 
     def _await_verdict(self, job_id: str, data: bytes, message_id: str, fingerprint: str | None) -> Verdict:
-        from controller.store.keys import rejected_key
+        from controller.store.keys import cancel_key, rejected_key
 
         deadline = self._clock() + self.verdict_seconds
         rejected = rejected_key(message_digest(data))
@@ -241,6 +241,9 @@ class Client:
                 reason = f"jobId: {job_id!r} already exists with a different request body; use a new jobId"
                 return Verdict(job_id, "rejected", message_id, [reason])
             if fingerprint is None and document is not None and _cancel_seen(document):
+                return Verdict(job_id, "cancel requested", message_id)
+            if fingerprint is None and self.store_exists() and self.store.get(cancel_key(job_id)):
+                # The intake records a cancel on its own; the leader applies it to the job next.
                 return Verdict(job_id, "cancel requested", message_id)
             record = self.store.get(rejected) if self.store_exists() else None
             if record is not None:
