@@ -137,12 +137,15 @@ for topic in relaunch-requests vertex-job-events relaunch-alerts relaunch-dead-l
     -- g pubsub topics create "$topic"
 done
 # Both controller subscriptions back off between redeliveries and dead-letter a message that
-# failed 5 times: a poison request or log entry must not loop for ever.
-for pair in relaunch-requests-controller:relaunch-requests vertex-job-events-controller:vertex-job-events; do
-  sub=${pair%%:*} topic=${pair#*:}
+# keeps failing, so nothing loops for ever. Requests get Pub/Sub's maximum of 100 deliveries: the
+# controller acks every request it can record, so a request fails only when the controller
+# holding it dies, and one crash costs every message in flight a delivery. A log entry is only a
+# hint (the reconcile pass is the safety net): 5.
+for triple in relaunch-requests-controller:relaunch-requests:100 vertex-job-events-controller:vertex-job-events:5; do
+  sub=${triple%%:*} rest=${triple#*:} topic=${rest%%:*} attempts=${triple##*:}
   ensure "sub:$sub" g pubsub subscriptions describe "$sub" --format='value(name)' \
     -- g pubsub subscriptions create "$sub" --topic "$topic" --ack-deadline 60 \
-    --dead-letter-topic relaunch-dead-letter --max-delivery-attempts 5 \
+    --dead-letter-topic relaunch-dead-letter --max-delivery-attempts "$attempts" \
     --min-retry-delay 10s --max-retry-delay 600s
   # Dead-lettering needs the Pub/Sub service agent to consume from the subscription.
   binding "pubsub subscriptions" "$sub" "serviceAccount:$PUBSUB_AGENT" roles/pubsub.subscriber

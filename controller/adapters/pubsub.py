@@ -61,6 +61,10 @@ class TopicPublisher:
         raise AssertionError("unreachable")  # pragma: no cover
 
 
+REQUEST_DELIVERY_ATTEMPTS = 100
+EVENT_DELIVERY_ATTEMPTS = 5
+
+
 def publish_request(settings: Settings, data: bytes) -> str:
     """Publish one job or cancel request to the requests topic; the server's message id.
 
@@ -92,12 +96,17 @@ def ensure_topology(
             pass
     # Both controller subscriptions dead-letter: a request or a log entry that keeps failing is
     # set aside after 5 deliveries instead of being redelivered for ever.
+    # Dead-letter budgets (deliveries before a message is set aside). The intake acks every
+    # request it can record, invalid ones included, so a request's deliveries fail only when the
+    # controller holding it dies or is paused, and with up to `max_outstanding_messages` in flight
+    # one crash costs every one of them a delivery: requests get Pub/Sub's maximum, 100. A log
+    # entry is only a hint (the reconcile pass is the safety net): 5 is plenty.
     subscriptions = [
-        (settings.requests_subscription, settings.requests_topic, True),
-        (settings.events_subscription, settings.events_topic, True),
-        (settings.dead_letter_topic + "-inspect", settings.dead_letter_topic, False),
+        (settings.requests_subscription, settings.requests_topic, REQUEST_DELIVERY_ATTEMPTS),
+        (settings.events_subscription, settings.events_topic, EVENT_DELIVERY_ATTEMPTS),
+        (settings.dead_letter_topic + "-inspect", settings.dead_letter_topic, 0),
     ]
-    for sub_name, topic_name, dead_letter in subscriptions:
+    for sub_name, topic_name, dead_letter_after in subscriptions:
         request = {
             "name": settings.subscription_path(sub_name),
             "topic": settings.topic_path(topic_name),
@@ -107,9 +116,10 @@ def ensure_topology(
                 maximum_backoff=duration_pb2.Duration(seconds=60),
             ),
         }
-        if dead_letter:
+        if dead_letter_after:
             request["dead_letter_policy"] = DeadLetterPolicy(
-                dead_letter_topic=settings.topic_path(settings.dead_letter_topic), max_delivery_attempts=5
+                dead_letter_topic=settings.topic_path(settings.dead_letter_topic),
+                max_delivery_attempts=dead_letter_after,
             )
         try:
             subscriber.create_subscription(request=request)
