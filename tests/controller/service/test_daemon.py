@@ -59,7 +59,9 @@ def test_only_the_lease_holder_acts_and_the_standby_takes_over(
         settings["RELAUNCH_REQUESTS_TOPIC"],
     )
     wait_for(lambda: vertex_jobs_for(devstack, "lease-1"), what="attempt 1 submitted")
-    assert "attempt submitted" in leader.logs() and "attempt submitted" not in standby.logs()
+    # The log line follows the create's reply: wait for it rather than race it.
+    wait_for(lambda: "attempt submitted" in leader.logs(), what="the leader logged its submission")
+    assert "attempt submitted" not in standby.logs()
 
     leader.kill()
     killed_at = time.monotonic()
