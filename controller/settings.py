@@ -64,6 +64,15 @@ class Settings(BaseSettings):
         "bucket. A request naming another bucket is rejected.",
     )
 
+    # Adaptive checkpoint interval (requests with `checkpoint.interval: auto`).
+    interval_prior_mtbf_seconds: float | None = Field(
+        None,
+        gt=0,
+        description="Prior mean training time between work-losing endings for a capacity class not seen "
+        "yet, weighing half an ending (unset: 24 h for Spot, 7 days otherwise; see "
+        "controller/core/checkpoint_interval.py). Set it where reclaims are known to be more frequent.",
+    )
+
     # Bounded state (a housekeeping pass while leading).
     housekeeping_seconds: float = Field(
         300.0, gt=0, description="Period of the pass that prunes rejected records and finished jobs."

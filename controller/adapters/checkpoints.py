@@ -145,6 +145,30 @@ class CheckpointProbe:
             return None
         return CheckpointInfo(marker.step, layout.checkpoint_dir(reader.uri, marker.step), marker)
 
+    def recent_markers(self, checkpoint_uri: str, count: int = 5) -> list[layout.CommitMarker]:
+        """Up to `count` usable commit markers under the root, newest first (their measured
+        checkpoint cost sets the adaptive interval). Unreadable or absent: an empty list, since
+        the caller has a documented default; an unreachable bucket raises like `latest`."""
+        log = _log.bind(checkpoint_uri=checkpoint_uri)
+        try:
+            reader = self._open(checkpoint_uri)
+            markers: list[layout.CommitMarker] = []
+            for step in reversed(storage.list_step_dirs(reader)):
+                marker = storage.read_usable_marker(reader, step)
+                if marker is not None:
+                    markers.append(marker)
+                if len(markers) >= count:
+                    break
+        except (storage.StorageError, FileNotFoundError, NotADirectoryError) as exc:
+            log.warning("checkpoint location unusable", error=str(exc))
+            return []
+        except Exception as exc:
+            refusal = _refusal(exc, checkpoint_uri, "storage.objects.list and storage.objects.get")
+            if refusal is not None:
+                raise refusal from exc
+            raise CheckpointsUnavailable(f"cannot read checkpoints under {checkpoint_uri}: {exc!r}") from exc
+        return markers
+
     def exit_record(
         self, checkpoint_uri: str, attempt: int, *, vertex_job_id: str | None = None
     ) -> layout.ExitRecord | None:

@@ -30,6 +30,21 @@ steps (`resumeFromStep`, `checkpointStepAtEnd`):
 - restarting: what remains of the total: queueing before the first submission, backoff
   between attempts, and the time from an attempt's end to the next one's submission.
 - goodput = productive / total.
+
+Where the trainer left its own figures (`trainerFigures` of an attempt, from its exit record and
+the commit markers it wrote; controller/service/interval.py keeps them), they replace the
+estimates above for that attempt, and the attempt's `source` says so:
+
+- steps trained: the exit record's `step` (every step done, kept or not), not just the
+  committed ones, so the apparent rate counts recomputed work as work done and the job's rate
+  comes out close to the real step rate;
+- committed progress: the exit record's `lastCommittedStep` (the trainer's word, also when the
+  controller did not see the final checkpoint);
+- recomputed steps: `step - lastCommittedStep`, exactly what the next attempt redoes;
+- checkpoint stall: the sum of the `blockingSeconds` of the attempt's own commit markers that
+  are still kept (a lower bound once --keep-last dropped older ones).
+The trainer records no per-step times, so the job's rate is still the best apparent rate, and
+the start-up before the first step still reads as lost time.
 """
 
 from __future__ import annotations
@@ -47,6 +62,9 @@ class AttemptTime:
     productive: float
     lost: float
     waiting: float  # submitted -> started
+    source: str = "estimate"  # or "trainer" when the trainer's exit record gave the figures
+    recomputed_steps: int | None = None  # trainer: steps done after the last commit
+    stall_seconds: float | None = None  # trainer: blocking time of its kept checkpoints
 
 
 @dataclass(frozen=True)
@@ -70,8 +88,17 @@ class Goodput:
             f"goodput {ratio} of {duration(self.total)}: productive {duration(self.productive)}, "
             f"unproductive running {duration(self.lost)}, waiting for capacity "
             f"{duration(self.waiting_for_capacity)}, restarting {duration(self.restarting)} "
-            f"(step rate {rate})"
+            f"(step rate {rate}; {self.sources()})"
         )
+
+    def sources(self) -> str:
+        """Which attempts' figures came from the trainer and which are estimates."""
+        trained = sum(1 for a in self.attempts if a.source == "trainer")
+        if trained == 0:
+            return "estimated from checkpoint steps"
+        if trained == len(self.attempts):
+            return "trainer's figures for every attempt"
+        return f"trainer's figures for {trained} of {len(self.attempts)} attempts, the rest estimated"
 
 
 def duration(seconds: float) -> str:
@@ -111,15 +138,46 @@ def _running(attempt: Json, now: float) -> float:
     return max(0.0, _first(attempt.get("endedAt"), now) - float(started))
 
 
-def _advanced(attempts: list[Json]) -> list[int]:
-    """New committed steps of each attempt, in order."""
+def _figures(attempt: Json) -> Json | None:
+    """The trainer's figures of an attempt, when its exit record gave a step count."""
+    figures = attempt.get("trainerFigures")
+    return figures if figures and figures.get("stepAtEnd") is not None else None
+
+
+def _committed_at_end(attempt: Json) -> int | None:
+    figures = _figures(attempt)
+    if figures is not None and figures.get("lastCommittedStep") is not None:
+        return max(int(figures["lastCommittedStep"]), attempt.get("checkpointStepAtEnd") or 0)
+    return attempt.get("checkpointStepAtEnd")
+
+
+def _starts(attempts: list[Json]) -> list[int]:
+    """The committed step each attempt started from (the furthest known before it)."""
     out, best = [], 0
     for attempt in attempts:
         start = max(best, attempt.get("resumeFromStep") or 0)
-        end = attempt.get("checkpointStepAtEnd")
-        end = start if end is None else end
-        out.append(max(0, end - start))
-        best = max(best, end)
+        out.append(start)
+        end = _committed_at_end(attempt)
+        best = max(best, start if end is None else end)
+    return out
+
+
+def _advanced(attempts: list[Json]) -> list[int]:
+    """New committed steps of each attempt, in order."""
+    out = []
+    for attempt, start in zip(attempts, _starts(attempts)):
+        end = _committed_at_end(attempt)
+        out.append(max(0, (start if end is None else end) - start))
+    return out
+
+
+def _trained(attempts: list[Json]) -> list[int]:
+    """Steps each attempt trained: the trainer's count where its exit record says, else the
+    committed ones (all that can be known without it)."""
+    out = []
+    for attempt, start, advanced in zip(attempts, _starts(attempts), _advanced(attempts)):
+        figures = _figures(attempt)
+        out.append(max(advanced, int(figures["stepAtEnd"]) - start) if figures is not None else advanced)
     return out
 
 
@@ -138,7 +196,7 @@ def _first(*values: float | None) -> float:
 def step_rate(attempts: list[Json], now: float) -> float | None:
     rates = [
         steps / _running(a, now)
-        for a, steps in zip(attempts, _advanced(attempts))
+        for a, steps in zip(attempts, _trained(attempts))
         if _running(a, now) > 0 and steps > 0
     ]
     return max(rates) if rates else None
@@ -149,7 +207,7 @@ def compute(document: Json, now: float) -> Goodput:
     attempts = view["attempts"]
     rate = step_rate(attempts, now)
     rows = []
-    for attempt, advanced in zip(attempts, _advanced(attempts)):
+    for attempt, advanced, start in zip(attempts, _advanced(attempts), _starts(attempts)):
         running = _running(attempt, now)
         ending = attempt.get("ending")
         if ending is None or ending == "succeeded":
@@ -158,8 +216,23 @@ def compute(document: Json, now: float) -> Goodput:
             productive = 0.0
         else:
             productive = min(running, advanced / rate)
+        figures = _figures(attempt)
+        recomputed = stall = None
+        if figures is not None:
+            committed = _committed_at_end(attempt) or start
+            recomputed = max(0, int(figures["stepAtEnd"]) - max(committed, start))
+            stall = figures.get("stallSeconds")
         rows.append(
-            AttemptTime(attempt["number"], running, productive, running - productive, _waiting(attempt, now))
+            AttemptTime(
+                attempt["number"],
+                running,
+                productive,
+                running - productive,
+                _waiting(attempt, now),
+                source="trainer" if figures is not None else "estimate",
+                recomputed_steps=recomputed,
+                stall_seconds=stall,
+            )
         )
     total = max(0.0, job_end(view, now) - view["createdAt"])
     productive = sum(r.productive for r in rows)

@@ -19,6 +19,13 @@ Json = dict[str, Any]
 
 # A job's timeline keeps its newest entries; older ones are dropped to bound the document.
 TIMELINE_LIMIT = 500
+# Where a job document keeps the checkpoint interval chosen for each attempt of an `auto`
+# request: {"<attempt>": IntervalDecision.to_dict()} (written by controller.service.interval).
+INTERVALS_FIELD = "checkpointIntervals"
+# The trainer's own figures of each ended attempt, from its exit record and commit markers:
+# {"<attempt>": {"stepAtEnd", "lastCommittedStep", "checkpointSaved", "stallSeconds",
+# "checkpoints"}} (written by controller.service.interval; read by goodput).
+TRAINER_FIGURES_FIELD = "trainerFigures"
 
 
 def entry(now: float, attempt: int, what: str, **extra: Any) -> Json:
@@ -133,6 +140,8 @@ def status_document(document: Json, *, with_timeline: bool = True) -> Json:
                 "errorCode": a["error_code"],
                 "errorMessage": a["error_message"],
                 "checkpointStepAtEnd": a["checkpoint_step_at_end"],
+                "checkpointInterval": _interval_of(document, a["number"]),
+                "trainerFigures": (document.get(TRAINER_FIGURES_FIELD) or {}).get(str(a["number"])),
             }
             for a in attempts
         ],
@@ -140,3 +149,15 @@ def status_document(document: Json, *, with_timeline: bool = True) -> Json:
     if with_timeline:
         out["timeline"] = document.get("timeline", [])
     return out
+
+
+def _interval_of(document: Json, attempt: int) -> Json | None:
+    """The checkpoint interval an attempt was given: the controller's recorded choice (`auto`),
+    the request's fixed seconds, or None when the request leaves it to the trainer's flags."""
+    chosen = (document.get(INTERVALS_FIELD) or {}).get(str(attempt))
+    if chosen is not None:
+        return dict(chosen)
+    setting = document["request"].get("checkpoint", {}).get("interval")
+    if isinstance(setting, (int, float)) and not isinstance(setting, bool):
+        return {"seconds": float(setting), "mode": "fixed", "explanation": "fixed by the request"}
+    return None

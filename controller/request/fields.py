@@ -18,6 +18,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from controller.core.adaptive_interval import DEFAULT_MAX_SECONDS, DEFAULT_MIN_SECONDS, IntervalSetting
 from controller.core.policy import RestartPolicy
 from controller.request import labels as label_rules
 from controller.request.limits import JOB_ID_PATTERN, JOB_ID_RE, MAX_DISPLAY_NAME_LENGTH
@@ -190,11 +191,110 @@ class RestartPolicyModel(_Strict):
         return RestartPolicy.from_dict(self.model_dump())
 
 
+# Bounds of `checkpoint.interval` (fixed seconds, and auto's min/max).
+MIN_INTERVAL_SECONDS = 1.0
+MAX_INTERVAL_SECONDS = 30 * 86400.0
+_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)\s*$")
+_DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_INTERVAL_SCHEMA = {
+    "description": (
+        "How often the trainer checkpoints (RELAUNCH_CHECKPOINT_INTERVAL_SECONDS in every pool's "
+        "container). 'auto': learned per attempt from observed reclaims and measured checkpoint cost; "
+        "{mode: auto, min, max} bounds it (durations: seconds, or '90s', '15m', '2h', '1d'); a number: "
+        "fixed seconds. Omit it to leave the trainer's own flags in charge."
+    ),
+    "oneOf": [
+        {"const": "auto"},
+        {"type": "number", "minimum": MIN_INTERVAL_SECONDS, "maximum": MAX_INTERVAL_SECONDS},
+        {
+            "type": "object",
+            "properties": {
+                "mode": {"const": "auto"},
+                "min": {"type": ["number", "string"]},
+                "max": {"type": ["number", "string"]},
+            },
+            "required": ["mode"],
+            "additionalProperties": False,
+        },
+    ],
+}
+
+
+def parse_duration(value: Any, what: str) -> float:
+    """Seconds from a number or a '90s' / '15m' / '2h' / '1d' string; ValueError saying why not."""
+    if isinstance(value, bool):
+        raise ValueError(
+            f"{what} must be a duration like 600, '90s', '15m' or '2h' (got {short_repr(value)})"
+        )
+    if isinstance(value, (int, float)):
+        seconds = float(value)
+    elif isinstance(value, str) and _DURATION_RE.match(value):
+        number, unit = _DURATION_RE.match(value).groups()  # type: ignore[union-attr]
+        seconds = float(number) * _DURATION_UNITS[unit]
+    else:
+        raise ValueError(
+            f"{what} must be a duration like 600, '90s', '15m' or '2h' (got {short_repr(value)})"
+        )
+    if not (MIN_INTERVAL_SECONDS <= seconds <= MAX_INTERVAL_SECONDS):
+        raise ValueError(
+            f"{what} must be between {MIN_INTERVAL_SECONDS:g} s and 30 days (got {short_repr(value)})"
+        )
+    return seconds
+
+
+def parse_interval(value: Any) -> IntervalSetting | None:
+    """`checkpoint.interval` as written: 'auto', seconds, or {mode: auto, min, max}."""
+    if value is None:
+        return None
+    if value == "auto" and isinstance(value, str):
+        return IntervalSetting(auto=True)
+    if isinstance(value, dict):
+        unknown = sorted(set(value) - {"mode", "min", "max"})
+        if unknown:
+            raise ValueError(
+                f"unknown field {unknown[0]!r}; allowed: mode, min, max (e.g. {{mode: auto, min: 5m, max: 4h}})"
+            )
+        if value.get("mode") != "auto":
+            raise ValueError(f"mode must be 'auto' (got {short_repr(value.get('mode'))})")
+        low = (
+            parse_duration(value["min"], "min")
+            if "min" in value
+            else min(DEFAULT_MIN_SECONDS, _max_of(value))
+        )
+        high = parse_duration(value["max"], "max") if "max" in value else max(DEFAULT_MAX_SECONDS, low)
+        if low > high:
+            raise ValueError(f"min ({low:g} s) must not exceed max ({high:g} s)")
+        return IntervalSetting(auto=True, min_seconds=low, max_seconds=high)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return IntervalSetting(auto=False, fixed_seconds=parse_duration(value, "a fixed interval"))
+    if isinstance(value, str) and _DURATION_RE.match(value):
+        return IntervalSetting(auto=False, fixed_seconds=parse_duration(value, "a fixed interval"))
+    raise ValueError(
+        "must be 'auto', {mode: auto, min: ..., max: ...}, or a fixed number of seconds "
+        f"(got {short_repr(value)})"
+    )
+
+
+def _max_of(value: dict) -> float:
+    return parse_duration(value["max"], "max") if "max" in value else DEFAULT_MAX_SECONDS
+
+
 class CheckpointModel(_Strict):
     uri: str = Field(
         description="Checkpoint root of this job: gs://bucket/prefix (file:///abs/path for local runs).",
         json_schema_extra={"pattern": "^(gs://[a-z0-9][a-z0-9._-]*[a-z0-9]/.+|file:///.+)$"},
     )
+    interval: Any = Field(None, json_schema_extra=_INTERVAL_SCHEMA)
+
+    @field_validator("interval")
+    @classmethod
+    def _valid_interval(cls, value: Any) -> Any:
+        parse_interval(value)  # raises ValueError with the reason
+        return value
+
+    @property
+    def interval_setting(self) -> IntervalSetting | None:
+        return parse_interval(self.interval)
 
     @field_validator("uri")
     @classmethod

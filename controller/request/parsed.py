@@ -12,6 +12,7 @@ from pydantic import (
     ValidationError,
 )
 
+from controller.core.adaptive_interval import IntervalSetting
 from controller.core.policy import RestartPolicy
 from controller.request.fields import (
     CancelRequestModel,
@@ -19,9 +20,15 @@ from controller.request.fields import (
     problems_from_pydantic,
 )
 from controller.request.jobspec import parse_job_spec, spec_to_rest
-from controller.request.limits import EXPLICIT_SCHEDULING_FIELDS
+from controller.request.limits import (
+    EXPLICIT_SCHEDULING_FIELDS,
+    MAX_USER_ENV,
+    RELAUNCH_ENV_NAMES,
+    VERTEX_MAX_ENV,
+)
 from controller.request.loading import load_document
 from controller.request.problems import Problem, RequestInvalid, kind_of
+from trainer.layout import CHECKPOINT_INTERVAL_ENV
 
 
 @dataclass(frozen=True)
@@ -47,6 +54,8 @@ class JobRequest:
     checkpoint_uri: str
     restart_policy: RestartPolicy
     labels: dict[str, str]
+    # `checkpoint.interval`: None leaves the trainer's own flags in charge.
+    checkpoint_interval: IntervalSetting | None = None
 
     def to_json(self) -> dict:
         """Canonical camelCase form; `parse_request` accepts it back and yields an equal request."""
@@ -67,6 +76,8 @@ class JobRequest:
         if chosen:
             document["jobSpec"]["scheduling"] = {**document["jobSpec"].get("scheduling", {}), **chosen}
         document["checkpoint"] = {"uri": self.checkpoint_uri}
+        if self.checkpoint_interval is not None:
+            document["checkpoint"]["interval"] = self.checkpoint_interval.to_json()
         document["restartPolicy"] = policy.to_request_json()
         document["labels"] = dict(sorted(self.labels.items()))
         return document
@@ -130,6 +141,9 @@ def _parse_job(document: dict, allow_local_checkpoints: bool) -> JobRequest:
         spec, spec_problems = parse_job_spec(spec_rest, path=("jobSpec",))
         problems.extend(spec_problems)
 
+    if model is not None and spec is not None and model.checkpoint.interval_setting is not None:
+        problems.extend(_interval_env_problems(spec))
+
     if problems or model is None or spec is None:
         raise RequestInvalid(problems or [Problem("request", "is not a valid job request")])
     return JobRequest(
@@ -140,4 +154,31 @@ def _parse_job(document: dict, allow_local_checkpoints: bool) -> JobRequest:
         checkpoint_uri=model.checkpoint.uri,
         restart_policy=model.restart_policy.to_policy(),
         labels=dict(model.labels),
+        checkpoint_interval=model.checkpoint.interval_setting,
     )
+
+
+def _interval_env_problems(spec: Any) -> list[Problem]:
+    """With `checkpoint.interval` Relaunch sets one more variable in every container, so one
+    fewer of the user's fits in Vertex's limit."""
+    problems = []
+    limit = MAX_USER_ENV - 1
+    ours = {*RELAUNCH_ENV_NAMES, CHECKPOINT_INTERVAL_ENV}
+    for index, pool in enumerate(spec.worker_pool_specs):
+        for kind, camel in (
+            ("container_spec", "containerSpec"),
+            ("python_package_spec", "pythonPackageSpec"),
+        ):
+            if kind not in pool:
+                continue
+            env = getattr(pool, kind).env
+            count = sum(1 for entry in env if entry.name not in ours)
+            if count > limit:
+                problems.append(
+                    Problem(
+                        f"jobSpec.workerPoolSpecs[{index}].{camel}.env",
+                        f"at most {limit} entries with checkpoint.interval set: Vertex allows "
+                        f"{VERTEX_MAX_ENV} and Relaunch adds {len(ours)} RELAUNCH_* variables (got {count})",
+                    )
+                )
+    return problems

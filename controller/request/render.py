@@ -8,7 +8,9 @@ is exactly what would be created. Rules (also in docs/requests.md):
 - display name: `<displayName or jobId> [attempt N]`, cut to Vertex's 128 characters;
 - every non-empty pool's container gets RELAUNCH_JOB_ID, RELAUNCH_ATTEMPT,
   RELAUNCH_CHECKPOINT_URI and RELAUNCH_RESUME_FROM (empty = start fresh or from the latest
-  committed checkpoint), replacing any user value of the same name;
+  committed checkpoint), replacing any user value of the same name; with a checkpoint interval
+  (the request's fixed seconds, or the controller's choice for `auto`) also
+  RELAUNCH_CHECKPOINT_INTERVAL_SECONDS, replacing the user's; without one the user's is kept;
 - scheduling strategy: STANDARD (on-demand; `ON_DEMAND` is deprecated) when `on_demand` is set;
   SPOT when the user set none (Relaunch exists for Spot capacity, and Vertex's own default would
   be STANDARD); the user's otherwise;
@@ -27,6 +29,7 @@ from google.protobuf import json_format
 from controller.request import RELAUNCH_ENV_NAMES, JobRequest
 from controller.request.labels import labels_for
 from controller.request.limits import EXPLICIT_SCHEDULING_FIELDS
+from trainer.layout import CHECKPOINT_INTERVAL_ENV
 
 VERTEX_MAX_DISPLAY_NAME = 128
 
@@ -54,13 +57,15 @@ def _relaunch_env(request: JobRequest, attempt: int, resume_from: str | None) ->
 
 
 def _with_relaunch_env(env: Any, ours: list[vertex.EnvVar]) -> list:
-    """The user's variables (in their order) minus any RELAUNCH_* ones, then ours."""
-    kept = [
-        vertex.EnvVar(name=entry.name, value=entry.value)
-        for entry in env
-        if entry.name not in RELAUNCH_ENV_NAMES
-    ]
+    """The user's variables (in their order) minus any of the names we set, then ours."""
+    replaced = set(RELAUNCH_ENV_NAMES) | {entry.name for entry in ours}
+    kept = [vertex.EnvVar(name=entry.name, value=entry.value) for entry in env if entry.name not in replaced]
     return kept + ours
+
+
+def interval_env_value(seconds: float) -> str:
+    """The variable's text: whole seconds when whole, else millisecond precision."""
+    return f"{seconds:.0f}" if float(seconds).is_integer() else f"{seconds:.3f}"
 
 
 def _user_set_vertex_retries(request: JobRequest) -> bool:
@@ -76,13 +81,24 @@ def build_custom_job(
     *,
     resume_from: str | None = None,
     on_demand: bool = False,
+    checkpoint_interval_seconds: float | None = None,
 ) -> vertex.CustomJob:
-    """The CustomJob for attempt `attempt` (1-based) of `request`."""
+    """The CustomJob for attempt `attempt` (1-based) of `request`.
+
+    `checkpoint_interval_seconds` is what the controller chose for this attempt (for an `auto`
+    request); None renders the request's fixed interval, if it has one."""
     if isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 1:
         raise ValueError(f"attempt counts from 1 (got {attempt!r})")
     spec = vertex.CustomJobSpec.deserialize(vertex.CustomJobSpec.serialize(request.job_spec))
 
     ours = _relaunch_env(request, attempt, resume_from)
+    setting = request.checkpoint_interval
+    if checkpoint_interval_seconds is None and setting is not None and not setting.auto:
+        checkpoint_interval_seconds = setting.fixed_seconds
+    if checkpoint_interval_seconds is not None:
+        ours.append(
+            vertex.EnvVar(name=CHECKPOINT_INTERVAL_ENV, value=interval_env_value(checkpoint_interval_seconds))
+        )
     for pool in spec.worker_pool_specs:
         # Empty `{}` pools are placeholders Vertex skips; giving them env would make them real.
         if "container_spec" in pool:

@@ -63,6 +63,7 @@ from controller.readmodel.jobs import append_timeline, transition_entries
 from controller.request import JobRequest, parse_request
 from controller.request.render import build_custom_job
 from controller.service.alerts import AlertSink, ReconcileHealth
+from controller.service.interval import IntervalKeeper
 from controller.service.timers import TimerQueue
 from controller.settings import Settings
 from controller.store import Fenced, StateStore, VersionConflict
@@ -127,6 +128,7 @@ class Engine:
         self._locks: dict[str, threading.RLock] = {}
         self._locks_guard = threading.Lock()
         self._requests: dict[str, JobRequest] = {}
+        self.intervals = IntervalKeeper(settings, self.store, self.checkpoints, fence=lambda: self.fence())
 
     def remember_request(self, request: JobRequest) -> None:
         """The intake hands over a request it just stored, saving a parse on the first submit."""
@@ -273,6 +275,15 @@ class Engine:
             except Exception as error:
                 errors.append(f"{state.job_id}: {error}")
                 log.exception("reconcile: job failed to converge", job_id=state.job_id)
+        try:
+            self.intervals.catch_up(live, self._request, self.clock())
+        except Deposed:
+            raise
+        except (Fenced, LeaseNotHeld) as error:
+            self._deposed(str(error))
+        except Exception as error:
+            errors.append(f"checkpoint interval ledger: {error}")
+            log.exception("reconcile: catching up the checkpoint interval ledger failed")
         self._export_job_states()
         if errors:
             self.health.pass_failed(errors)
@@ -351,6 +362,7 @@ class Engine:
                 continue  # someone else wrote in between: decide again on the fresh state
             self._after_transition(state, decision.state, now)
             self._resolve_alerts(state, decision.state)
+            self._learn_ending(state, decision.state, now)
             return decision.state, decision.actions
         raise RuntimeError(f"{job_id}: state kept changing under us; giving up this event")
 
@@ -398,10 +410,25 @@ class Engine:
         job_id = state.job_id
         bound = log.bind(job_id=job_id, attempt=action.attempt)
         request = self._request(job_id)
+        interval = None
+        if action.create_if_missing:
+            try:
+                interval = self.intervals.interval_for_attempt(
+                    job_id, request, action.attempt, action.on_demand, self.clock()
+                )
+            except (Fenced, LeaseNotHeld):
+                raise
+            except Exception as error:  # the store or the markers: try the submission again later
+                bound.warning("choosing the checkpoint interval failed; will retry", error=str(error))
+                return [ev.SubmitFailed(action.attempt, f"checkpoint interval: {error}", permanent=False)]
 
         def build() -> aiplatform_v1.CustomJob:
             return build_custom_job(
-                request, action.attempt, resume_from=action.resume_from_uri, on_demand=action.on_demand
+                request,
+                action.attempt,
+                resume_from=action.resume_from_uri,
+                on_demand=action.on_demand,
+                checkpoint_interval_seconds=interval,
             )
 
         _crash_point("after-intent")
@@ -503,6 +530,28 @@ class Engine:
             ending = new.current.ending.value
             if ending not in ("succeeded", "preempted", "cancelled", "capacity"):  # capacity: no failure
                 self.metrics.failed(ending)
+
+    def _learn_ending(self, old: JobState, new: JobState, now: float) -> None:
+        """An attempt just ended: keep the trainer's figures (goodput) and teach the checkpoint
+        interval's rate book (once per attempt).
+
+        A failure here must not stop the job's own progress: the reconcile pass catches up on
+        endings the book has not counted."""
+        current = new.current
+        if current is None or not current.ended:
+            return
+        if old.current is not None and old.current.number == current.number and old.current.ended:
+            return
+        try:
+            self.intervals.on_ending(new.job_id, self._request(new.job_id), current, now)
+        except (Fenced, LeaseNotHeld):
+            raise
+        except Exception:
+            log.exception(
+                "checkpoint interval: learning from an ending failed; reconcile retries",
+                job_id=new.job_id,
+                attempt=current.number,
+            )
 
     def _resolve_alerts(self, old: JobState, new: JobState) -> None:
         """capacity_wait clears once an attempt runs, or when the job ends (nothing waits any

@@ -11,6 +11,9 @@ CHECKPOINT_ROOTS_PREFIX = "checkpoint-roots/"
 # A cancel request, recorded by the intake whether or not the job exists yet (a tombstone when
 # it does not): the job is born cancelled if its request arrives later.
 CANCELS_PREFIX = "cancels/"
+# The adaptive checkpoint interval's rate book (one document for every capacity class, with the
+# (job, attempt) endings it counted): controller.service.interval.
+INTERVAL_LEDGER_KEY = "checkpoint-interval/ledger"
 
 
 def job_key(job_id: str) -> str:

@@ -36,6 +36,9 @@ def main() -> int:
     parser.add_argument("--fail-with", type=int, default=0)
     parser.add_argument("--fail-at", type=int, default=1)
     parser.add_argument("--fail-rank", type=int, default=-1, help="-1: every replica fails")
+    parser.add_argument(
+        "--checkpoint-stall", type=float, default=None, help="blockingSeconds to record in commit markers"
+    )
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, on_sigterm)
 
@@ -96,6 +99,8 @@ def main() -> int:
                 attempt=attempt,
                 wall_time=layout.utc_now(),
                 files=(layout.FileEntry(path="shard-0.bin", size=len(payload), sha256="0" * 64),),
+                blocking_seconds=args.checkpoint_stall,
+                write_seconds=None if args.checkpoint_stall is None else 2 * args.checkpoint_stall,
             )
             store.create_only(
                 f"{layout.step_dir_name(step)}/{layout.COMMIT_MARKER_NAME}", marker.to_json().encode()

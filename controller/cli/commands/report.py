@@ -43,7 +43,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from controller.readmodel.goodput import compute
+    from controller.readmodel.goodput import compute, duration
+    from controller.readmodel.printable import printable
 
     status = view.client().status(args.job_id, timeline=True)
     now = time.time()
@@ -60,13 +61,28 @@ def _run(args: argparse.Namespace) -> int:
                         "productive": a.productive,
                         "lost": a.lost,
                         "waiting": a.waiting,
+                        "checkpointInterval": interval,
+                        "figures": a.source,
                     }
-                    for a in result.attempts
+                    for a, interval in zip(
+                        result.attempts, [s.get("checkpointInterval") for s in status["attempts"]]
+                    )
                 ],
             }
         )
     else:
         print(f"{status['jobId']}: {result.summary()}")
+        for row, attempt in zip(result.attempts, status["attempts"]):
+            chosen = attempt.get("checkpointInterval")
+            interval = (
+                "" if not chosen else f"; checkpoint every {chosen['seconds']:.1f} s ({chosen['mode']})"
+            )
+            print(
+                f"  attempt {row.number}: running {duration(row.running)}, productive "
+                f"{duration(row.productive)}, lost {duration(row.lost)} ({row.source}){interval}"
+            )
+            if chosen and chosen.get("mode") == "auto":
+                print(f"    {printable(chosen.get('explanation', ''))}")
     written = []
     if args.svg:
         from controller.readmodel.picture import attempts_svg

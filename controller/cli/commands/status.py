@@ -112,8 +112,34 @@ def describe_job(doc: dict, now: float) -> str:
             f"{a['ending']} ({a['rule']})" if a["ending"] else (a["vertexState"] or "requested"),
             view.dash(a["resumeFromStep"]),
             view.dash(a["checkpointStepAtEnd"]),
+            interval_cell(a.get("checkpointInterval")),
         ]
         for a in doc["attempts"]
     ]
-    headers = ["#", "VERTEX JOB", "STARTED (UTC)", "ENDED (UTC)", "ENDING (RULE)", "FROM STEP", "STEP AT END"]
-    return "\n".join(lines + ["", view.table(headers, rows)])
+    headers = [
+        "#",
+        "VERTEX JOB",
+        "STARTED (UTC)",
+        "ENDED (UTC)",
+        "ENDING (RULE)",
+        "FROM STEP",
+        "STEP AT END",
+        "CKPT EVERY",
+    ]
+    return "\n".join(lines + ["", view.table(headers, rows), *interval_lines(doc["attempts"])])
+
+
+def interval_cell(chosen: dict | None) -> str:
+    if not chosen:
+        return "-"
+    return f"{chosen['seconds']:.1f}s {chosen.get('mode', '')}".strip()
+
+
+def interval_lines(attempts: list[dict]) -> list[str]:
+    """One line per attempt of an `auto` job: the estimate behind its checkpoint interval."""
+    lines = []
+    for a in attempts:
+        chosen = a.get("checkpointInterval")
+        if chosen and chosen.get("mode") == "auto":
+            lines.append(f"attempt {a['number']} interval: {printable(chosen.get('explanation', ''))}")
+    return ["", *lines] if lines else []

@@ -1,0 +1,280 @@
+"""The shell of the adaptive checkpoint interval: the rate book in the state store, C from the
+job's commit markers, and the choice recorded on the job before its attempt is created.
+
+Everything that decides is pure (`controller.core.adaptive_interval`); this module only reads
+and writes. The ledger (rate book + counted endings) is one document under
+`INTERVAL_LEDGER_KEY`, updated read-modify-write with the store's version precondition, so two
+writers never lose an update, and `Ledger.record` ignores an ending it already counted, so an
+ending applied twice (a redelivered event, a reconcile pass after a crash) counts once.
+
+Which jobs teach the book: those whose request sets `checkpoint.interval` (auto or fixed). They
+run a trainer that honours RELAUNCH_CHECKPOINT_INTERVAL_SECONDS and writes exit records, so "a
+reclaim without an exit record" really means the emergency save never ran; another program's
+reclaims would all look work-losing and inflate every job's rate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from controller import logs
+from controller.adapters.checkpoints import CheckpointsUnavailable, CheckpointsUnreadable
+from controller.core.adaptive_interval import (
+    CheckpointCost,
+    EndingFacts,
+    IntervalDecision,
+    Ledger,
+    checkpoint_cost,
+    decide_interval,
+    ending_kind,
+    estimate_for,
+    exposure_seconds,
+)
+from controller.core.checkpoint_interval import CapacityClass, RateEstimate
+from controller.core.classify import Ending
+from controller.core.model import Attempt, JobState
+from controller.readmodel.jobs import INTERVALS_FIELD, TRAINER_FIGURES_FIELD, append_timeline, entry
+from controller.request import JobRequest
+from controller.request.capacity import capacity_class
+from controller.request.render import build_custom_job
+from controller.settings import Settings
+from controller.store import AlreadyExists, StateStore, VersionConflict
+from controller.store.keys import INTERVAL_LEDGER_KEY, job_key
+
+log = logs.get("relaunch.interval")
+
+_WRITE_TRIES = 8
+
+
+class IntervalKeeper:
+    def __init__(
+        self, settings: Settings, store: StateStore, checkpoints: Any, fence: Callable[[], int] = lambda: 0
+    ):
+        self.settings = settings
+        self.store = store
+        self.checkpoints = checkpoints
+        self.fence = fence
+
+    # --- the book -----------------------------------------------------------------------------
+    def ledger(self) -> Ledger:
+        record = self.store.get(INTERVAL_LEDGER_KEY)
+        return Ledger() if record is None else Ledger.from_dict(record.document)
+
+    def prior(self, capacity: CapacityClass) -> RateEstimate | None:
+        mtbf = self.settings.interval_prior_mtbf_seconds
+        return None if mtbf is None else RateEstimate(alpha=0.5, beta=0.5 * mtbf)
+
+    def capacity(self, request: JobRequest, attempt: int, on_demand: bool) -> CapacityClass:
+        return capacity_class(build_custom_job(request, attempt, on_demand=on_demand), self.settings.region)
+
+    def _update(self, change: Callable[[Ledger], Ledger]) -> Ledger:
+        """Read-modify-write of the ledger; a concurrent writer makes us re-read and redo it."""
+        for _ in range(_WRITE_TRIES):
+            record = self.store.get(INTERVAL_LEDGER_KEY)
+            before = Ledger() if record is None else Ledger.from_dict(record.document)
+            after = change(before)
+            if after == before:
+                return before
+            try:
+                if record is None:
+                    self.store.create(INTERVAL_LEDGER_KEY, after.to_dict(), fence=self.fence())
+                else:
+                    self.store.put(
+                        INTERVAL_LEDGER_KEY,
+                        after.to_dict(),
+                        expected_version=record.version,
+                        fence=self.fence(),
+                    )
+            except (VersionConflict, AlreadyExists):
+                continue
+            return after
+        raise RuntimeError("the interval ledger kept changing under us")
+
+    def learn(self, job_id: str, request: JobRequest, attempt: Attempt, now: float) -> bool:
+        """Fold one ended attempt into the book (once). False when there was nothing to do."""
+        if request.checkpoint_interval is None or attempt.ending is None:
+            return False
+        if self.ledger().has_counted(job_id, attempt.number):
+            return False
+        record: Any = None
+        if attempt.ending is Ending.PREEMPTED and attempt.started_at is not None:
+            # Only a reclaim needs the trainer's word: did its emergency save commit?
+            try:
+                record = self._exit_record(request, attempt)
+            except (CheckpointsUnavailable, CheckpointsUnreadable) as error:
+                log.warning(
+                    "checkpoint interval: exit record unreadable; ending not counted yet",
+                    job_id=job_id,
+                    attempt=attempt.number,
+                    error=str(error),
+                )
+                return False
+        return self._count(job_id, request, attempt, record, now)
+
+    def _count(self, job_id: str, request: JobRequest, attempt: Attempt, record: Any, now: float) -> bool:
+        assert attempt.ending is not None
+        facts = EndingFacts(
+            ending=attempt.ending,
+            rule=attempt.rule,
+            started_at=attempt.started_at,
+            ended_at=attempt.ended_at,
+            exit_reason=record.reason if record is not None else None,
+            checkpoint_saved=record.checkpoint_saved if record is not None else None,
+        )
+        kind = ending_kind(facts)
+        capacity = self.capacity(request, attempt.number, attempt.on_demand)
+        exposure = exposure_seconds(facts)
+        self._update(
+            lambda ledger: ledger.record(
+                job_id, attempt.number, capacity, kind, exposure, now, prior=self.prior(capacity)
+            )
+        )
+        log.info(
+            "checkpoint interval: ending observed",
+            job_id=job_id,
+            attempt=attempt.number,
+            capacity=capacity.key(),
+            counted_as=kind.value if kind is not None else None,
+            exposure_seconds=round(exposure, 3),
+        )
+        return True
+
+    def _exit_record(self, request: JobRequest, attempt: Attempt) -> Any:
+        vertex_id = attempt.vertex_name.rsplit("/", 1)[-1] if attempt.vertex_name else None
+        return self.checkpoints.exit_record(request.checkpoint_uri, attempt.number, vertex_job_id=vertex_id)
+
+    def on_ending(self, job_id: str, request: JobRequest, attempt: Attempt, now: float) -> None:
+        """An attempt just ended: keep the trainer's figures for goodput and teach the book.
+
+        The exit record is read once for both; unreadable, the figures are left out (goodput
+        falls back to its estimate) and the book is not taught now (the reconcile pass retries)."""
+        if attempt.started_at is None:
+            self.learn(job_id, request, attempt, now)
+            return
+        try:
+            record = self._exit_record(request, attempt)
+            markers = self.checkpoints.recent_markers(request.checkpoint_uri)
+        except (CheckpointsUnavailable, CheckpointsUnreadable) as error:
+            log.warning("trainer figures unreadable", job_id=job_id, attempt=attempt.number, error=str(error))
+            return
+        if record is not None:
+            own = [m for m in markers if m.attempt == attempt.number and m.blocking_seconds is not None]
+            self._store_figures(
+                job_id,
+                attempt.number,
+                {
+                    "stepAtEnd": record.step,
+                    "lastCommittedStep": record.last_committed_step,
+                    "checkpointSaved": record.checkpoint_saved,
+                    "reason": record.reason,
+                    # Of the checkpoints this attempt committed that are still kept (--keep-last).
+                    "checkpoints": len(own),
+                    "stallSeconds": sum(m.blocking_seconds or 0.0 for m in own),
+                },
+            )
+        if request.checkpoint_interval is not None and not self.ledger().has_counted(job_id, attempt.number):
+            self._count(job_id, request, attempt, record, now)
+
+    def _store_figures(self, job_id: str, attempt: int, figures: dict[str, Any]) -> None:
+        for _ in range(_WRITE_TRIES):
+            stored = self.store.get(job_key(job_id))
+            if stored is None:
+                return
+            known = stored.document.get(TRAINER_FIGURES_FIELD) or {}
+            if known.get(str(attempt)) == figures:
+                return
+            document = dict(stored.document)
+            document[TRAINER_FIGURES_FIELD] = {**known, str(attempt): figures}
+            try:
+                self.store.put(job_key(job_id), document, expected_version=stored.version, fence=self.fence())
+            except VersionConflict:
+                continue
+            return
+
+    def catch_up(
+        self, states: Iterable[JobState], request_of: Callable[[str], JobRequest], now: float
+    ) -> int:
+        """Learn every ended attempt of these jobs that the book has not counted (after a crash
+        between a job's write and the ledger's). Returns how many were counted now."""
+        ledger = self.ledger()
+        counted = 0
+        for state in states:
+            pending = [
+                a for a in state.attempts if a.ended and not ledger.has_counted(state.job_id, a.number)
+            ]
+            if not pending:
+                continue
+            request = request_of(state.job_id)
+            for attempt in pending:
+                counted += int(self.learn(state.job_id, request, attempt, now))
+        return counted
+
+    # --- the choice ---------------------------------------------------------------------------
+    def cost(self, request: JobRequest) -> CheckpointCost:
+        try:
+            markers = self.checkpoints.recent_markers(request.checkpoint_uri)
+        except (CheckpointsUnavailable, CheckpointsUnreadable) as error:
+            log.warning(
+                "checkpoint interval: commit markers unreadable; default cost",
+                job_id=request.job_id,
+                error=str(error),
+            )
+            markers = []
+        return checkpoint_cost((m.blocking_seconds, m.write_seconds) for m in markers)
+
+    def decide(self, request: JobRequest, attempt: int, on_demand: bool) -> IntervalDecision:
+        setting = request.checkpoint_interval
+        assert setting is not None
+        capacity = self.capacity(request, attempt, on_demand)
+        estimate = estimate_for(self.ledger().book, capacity, self.prior(capacity))
+        return decide_interval(setting, capacity, estimate, self.cost(request))
+
+    def interval_for_attempt(
+        self, job_id: str, request: JobRequest, attempt: int, on_demand: bool, now: float
+    ) -> float | None:
+        """Seconds for this attempt's RELAUNCH_CHECKPOINT_INTERVAL_SECONDS, or None (no auto).
+
+        Chosen once per attempt and stored on the job before the CustomJob is created, so a
+        retried submission renders the same value and status shows what the attempt got."""
+        setting = request.checkpoint_interval
+        if setting is None or not setting.auto:
+            return None
+        for _ in range(_WRITE_TRIES):
+            record = self.store.get(job_key(job_id))
+            if record is None:
+                return None
+            chosen = (record.document.get(INTERVALS_FIELD) or {}).get(str(attempt))
+            if chosen is not None:
+                return float(chosen["seconds"])
+            decision = self.decide(request, attempt, on_demand)
+            document = dict(record.document)
+            document[INTERVALS_FIELD] = {
+                **(record.document.get(INTERVALS_FIELD) or {}),
+                str(attempt): decision.to_dict(),
+            }
+            document["timeline"] = append_timeline(
+                record.document,
+                [
+                    entry(
+                        now,
+                        attempt,
+                        f"attempt {attempt} checkpoint interval {decision.seconds:.1f} s (auto)",
+                        checkpointInterval=decision.seconds,
+                        explanation=decision.explanation,
+                    )
+                ],
+            )
+            try:
+                self.store.put(job_key(job_id), document, expected_version=record.version, fence=self.fence())
+            except VersionConflict:
+                continue
+            log.info(
+                "checkpoint interval chosen",
+                job_id=job_id,
+                attempt=attempt,
+                seconds=round(decision.seconds, 3),
+                explanation=decision.explanation,
+            )
+            return decision.seconds
+        raise RuntimeError(f"{job_id}: job document kept changing while recording the checkpoint interval")
