@@ -68,7 +68,7 @@ class IntervalKeeper:
     def capacity(self, request: JobRequest, attempt: int, on_demand: bool) -> CapacityClass:
         return capacity_class(build_custom_job(request, attempt, on_demand=on_demand), self.settings.region)
 
-    def _update(self, change: Callable[[Ledger], Ledger]) -> Ledger:
+    def update_ledger(self, change: Callable[[Ledger], Ledger]) -> Ledger:
         """Read-modify-write of the ledger; a concurrent writer makes us re-read and redo it."""
         for _ in range(_WRITE_TRIES):
             record = self.store.get(INTERVAL_LEDGER_KEY)
@@ -125,7 +125,7 @@ class IntervalKeeper:
         kind = ending_kind(facts)
         capacity = self.capacity(request, attempt.number, attempt.on_demand)
         exposure = exposure_seconds(facts)
-        self._update(
+        self.update_ledger(
             lambda ledger: ledger.record(
                 job_id, attempt.number, capacity, kind, exposure, now, prior=self.prior(capacity)
             )
