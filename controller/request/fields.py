@@ -196,7 +196,7 @@ MIN_INTERVAL_SECONDS = 1.0
 MAX_INTERVAL_SECONDS = 30 * 86400.0
 _DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)\s*$")
 _DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-_INTERVAL_SCHEMA = {
+_INTERVAL_SCHEMA: dict[str, Any] = {
     "description": (
         "How often the trainer checkpoints (RELAUNCH_CHECKPOINT_INTERVAL_SECONDS in every pool's "
         "container). 'auto': learned per attempt from observed reclaims and measured checkpoint cost; "
@@ -275,7 +275,7 @@ def parse_interval(value: Any) -> IntervalSetting | None:
     )
 
 
-def _max_of(value: dict) -> float:
+def _max_of(value: dict[str, Any]) -> float:
     return parse_duration(value["max"], "max") if "max" in value else DEFAULT_MAX_SECONDS
 
 

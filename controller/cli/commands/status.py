@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from typing import Any
 
 from controller.cli import common as view
 from controller.readmodel.printable import printable
@@ -129,13 +130,13 @@ def describe_job(doc: dict, now: float) -> str:
     return "\n".join(lines + ["", view.table(headers, rows), *interval_lines(doc["attempts"])])
 
 
-def interval_cell(chosen: dict | None) -> str:
+def interval_cell(chosen: dict[str, Any] | None) -> str:
     if not chosen:
         return "-"
     return f"{chosen['seconds']:.1f}s {chosen.get('mode', '')}".strip()
 
 
-def interval_lines(attempts: list[dict]) -> list[str]:
+def interval_lines(attempts: list[dict[str, Any]]) -> list[str]:
     """One line per attempt of an `auto` job: the estimate behind its checkpoint interval."""
     lines = []
     for a in attempts:

@@ -176,3 +176,39 @@ def test_summary_names_every_part():
     text = compute(stored(Phase.SUCCEEDED, *PREEMPTED_THEN_SUCCEEDED), now=0).summary()
     assert text.startswith("goodput 57.7% of 4m20s: productive 2m30s, unproductive running 50s")
     assert "waiting for capacity 30s, restarting 30s (step rate 1 steps/s; estimated from checkpoint steps)" in text
+
+
+def test_the_trainers_exit_record_figures_replace_the_estimate_where_present():
+    """Attempt 1 trained 100 steps in 100 s but committed only 50: the estimate, which sees only
+    committed steps, takes 0.5 steps/s for the rate and calls all of it productive; the trainer's
+    figures show 1 step/s and 50 recomputed steps."""
+    document = stored(
+        Phase.CANCELLED,
+        attempt(1, requested=0, submitted=0, started=0, ended=100, ending=Ending.PREEMPTED, step_at_end=50),
+        attempt(
+            2,
+            requested=100,
+            submitted=100,
+            started=100,
+            ended=200,
+            ending=Ending.CANCELLED,
+            resume=50,
+            step_at_end=100,
+        ),
+    )
+    estimated = compute(document, now=0)
+    assert estimated.step_rate == 0.5
+    assert [(a.productive, a.lost, a.source) for a in estimated.attempts] == [
+        (100, 0, "estimate"),
+        (100, 0, "estimate"),
+    ]
+    document["trainerFigures"] = {
+        "1": {"stepAtEnd": 100, "lastCommittedStep": 50, "checkpointSaved": False, "stallSeconds": 4.0}
+    }
+    measured = compute(document, now=0)
+    assert measured.step_rate == 1.0
+    first, second = measured.attempts
+    assert (first.productive, first.lost, first.source) == (50, 50, "trainer")
+    assert (first.recomputed_steps, first.stall_seconds) == (50, 4.0)
+    assert (second.productive, second.source, second.recomputed_steps) == (50, "estimate", None)
+    assert "trainer's figures for 1 of 2 attempts, the rest estimated" in measured.summary()
