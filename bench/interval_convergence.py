@@ -1,7 +1,7 @@
 """The adaptive checkpoint interval on devstack, end to end: does the estimate learn, does the
 interval change between attempts, and does the job still end bitwise equal to an uninterrupted run?
 
-    PYTHONPATH=. .venv/bin/python bench/interval_convergence.py [--steps 4000] [--keep]
+    PYTHONPATH=. .venv/bin/python bench/interval_convergence.py [--steps 2400] [--keep]
 
 What it runs: devstack (Pub/Sub, GCS, Vertex stand-ins) and the controller as a real process
 (`relaunch controller`, via `controller.cli.demo.Demo`), and one job of the real trainer
@@ -9,16 +9,20 @@ What it runs: devstack (Pub/Sub, GCS, Vertex stand-ins) and the controller as a 
 with `checkpoint.interval: {mode: auto, min: 1s, max: 30s}`. Checkpoints are synchronous here, so
 their whole write is the stall C the controller reads from the commit markers.
 
-The schedule reclaims each attempt a fixed number of seconds after Vertex reports it running:
-announced reclaims (SIGTERM, 20 s of grace: the emergency checkpoint commits, nothing is lost)
-and SIGKILLs with no warning (no emergency save: everything since the last periodic checkpoint
-is lost). Only the SIGKILLs are work-losing endings; the controller counts them per capacity
-class, and before each attempt picks the interval from its estimate.
+The schedule reclaims each attempt once it has trained a given number of steps past the step it
+resumed from (read from its trainer's log; steps rather than seconds so that the schedule
+completes however loaded the machine is): announced reclaims (SIGTERM, 20 s of grace: the
+emergency checkpoint commits, nothing is lost) and SIGKILLs with no warning (no emergency save:
+everything since the last periodic checkpoint is lost). Only the SIGKILLs are work-losing
+endings; the controller counts them per capacity class, and before each attempt picks the
+interval from its estimate.
 
 The controller's prior is set to a mean of 120 s between work-losing endings
 (RELAUNCH_INTERVAL_PRIOR_MTBF_SECONDS): the production prior (24 h of training, half an ending)
 is meant to be outweighed after a few real endings of hours-long attempts, and a few minutes of
-demo could not move it visibly.
+demo could not move it visibly. Time is compressed the same way elsewhere: Vertex sets a FAILED
+job's error about a minute after the end (devstack's `failed_error_delay_seconds`, here 2 s) and
+the controller reads such a job again every second instead of every ten.
 
 Prints, per attempt: how it ended, the controller's estimate when the attempt was submitted
 (work-losing rate per hour, its posterior sd, endings and exposure seen, C and where it came
@@ -30,6 +34,7 @@ scheduled reclaim happened, and the parameters are bitwise equal.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -37,8 +42,8 @@ import time
 from controller.cli.demo import Demo, DemoFailed, DemoOptions, Narrator
 from controller.core.model import TERMINAL_PHASE_NAMES
 
-# (seconds after the attempt is reported running, grace seconds): grace 0 is a SIGKILL.
-SCHEDULE = ((18.0, 20.0), (16.0, 0.0), (14.0, 0.0), (18.0, 20.0), (15.0, 0.0), (14.0, 0.0))
+# (steps trained past the attempt's resume step, grace seconds): grace 0 is a SIGKILL.
+SCHEDULE = ((300, 20.0), (350, 0.0), (250, 0.0), (300, 20.0), (325, 0.0), (275, 0.0))
 PRIOR_MTBF_SECONDS = 120.0
 BUCKET = "relaunch-demo"  # Demo.start creates it
 
@@ -68,11 +73,15 @@ def job_request(job_id: str, steps: int) -> dict:
                             "--batch-size",
                             "8",
                             "--log-every",
-                            "500",
+                            "25",
                             "--synchronous-checkpoints",
                             "--keep-last",
                             "2",
+                            "--grace-seconds",
+                            "15",
                         ],  # fmt: skip
+                        # One thread: on a shared 2-core machine torch's default threads spin.
+                        "env": [{"name": "OMP_NUM_THREADS", "value": "1"}],
                     },
                 }
             ],
@@ -122,11 +131,12 @@ def run_schedule(demo: Demo, job_id: str, say) -> tuple[dict, list[str]]:
             and current is not None
             and current["number"] == k + 1
             and doc["phase"] == "running"
-            and current["startedAt"] is not None
+            and current["vertexJob"]
             and current["ending"] is None
         ):
             after, grace = SCHEDULE[k]
-            if time.time() - current["startedAt"] >= after:
+            trained = _step_reached(demo, current["vertexJob"]) - (current["resumeFromStep"] or 0)
+            if trained >= after:
                 kind = "SIGKILL, no warning" if grace == 0 else f"SIGTERM, {grace:.0f} s grace"
                 say(f"RECLAIM {k + 1} of attempt {current['number']} ({kind})")
                 if not demo.stack.preempt(current["vertexJob"], grace_seconds=grace, end_job=True):
@@ -138,9 +148,22 @@ def run_schedule(demo: Demo, job_id: str, say) -> tuple[dict, list[str]]:
     return doc, done
 
 
+def _step_reached(demo: Demo, vertex_job: str) -> int:
+    """The newest step the attempt's chief logged (devstack keeps each replica's log); -1 if none."""
+    log = demo.dir / "devstack" / "vertex" / vertex_job.rsplit("/", 1)[-1] / "workerpool0-0.log"
+    try:
+        lines = log.read_text(errors="replace").splitlines()
+    except FileNotFoundError:
+        return -1
+    for line in reversed(lines):
+        if '"message": "train"' in line:
+            return int(json.loads(line)["step"])
+    return -1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=int, default=4000, help="training steps of the job (default 4000)")
+    parser.add_argument("--steps", type=int, default=2400, help="training steps of the job (default 2400)")
     parser.add_argument("--keep", action="store_true", help="keep devstack's directory and logs")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds each run may take")
     args = parser.parse_args(argv)
@@ -149,12 +172,13 @@ def main(argv: list[str] | None = None) -> int:
     say = narrator.say
     saved_env = dict(os.environ)
     os.environ["RELAUNCH_INTERVAL_PRIOR_MTBF_SECONDS"] = str(PRIOR_MTBF_SECONDS)
+    os.environ["RELAUNCH_ERROR_RECHECK_SECONDS"] = "1"
     demo = Demo(DemoOptions(keep=args.keep, timeout=args.timeout), narrator)
     started = time.monotonic()
     try:
         demo.start()
         # Every reclaim ends the attempt (Vertex may also restart in place; not what this shows).
-        demo.stack.configure(disable_retries_stops_reclaim_restarts=True)
+        demo.stack.configure(disable_retries_stops_reclaim_restarts=True, failed_error_delay_seconds=2.0)
         demo.publish(job_request("interval-auto", args.steps))
         doc, done = run_schedule(demo, "interval-auto", say)
         if doc["phase"] != "succeeded":

@@ -331,27 +331,33 @@ class Engine:
             state = None
             try:
                 while pending:
-                    state, actions = self._decide_and_store(job_id, pending.pop(0))
+                    before, state, actions = self._decide_and_store(job_id, pending.pop(0))
                     if state is None:
                         return None
                     for action in actions:
                         pending.extend(self._execute(state, action))
+                    if before is not None:
+                        # After the actions: reading the trainer's figures must not delay them.
+                        self._learn_ending(before, state, self.clock())
             except Fenced as error:
                 self._deposed(f"state write refused: {error}")
             except LeaseNotHeld as error:
                 self._deposed(str(error))
             return state
 
-    def _decide_and_store(self, job_id: str, event: ev.Event) -> tuple[JobState | None, tuple[Action, ...]]:
+    def _decide_and_store(
+        self, job_id: str, event: ev.Event
+    ) -> tuple[JobState | None, JobState | None, tuple[Action, ...]]:
+        """(the state before, if a new one was stored; the state now; the actions)."""
         for _ in range(5):
             record = self.store.get(job_key(job_id))
             if record is None:
-                return None, ()
+                return None, None, ()
             state = JobState.from_dict(record.document["state"])
             now = self.clock()
             decision = decide(state, event, now, self.rng, self.core_config)
             if decision.state == state:
-                return state, decision.actions
+                return None, state, decision.actions
             document = dict(record.document)
             document["state"] = decision.state.to_dict()
             entries = transition_entries(state, decision.state, event, decision.actions, now)
@@ -362,8 +368,7 @@ class Engine:
                 continue  # someone else wrote in between: decide again on the fresh state
             self._after_transition(state, decision.state, now)
             self._resolve_alerts(state, decision.state)
-            self._learn_ending(state, decision.state, now)
-            return decision.state, decision.actions
+            return state, decision.state, decision.actions
         raise RuntimeError(f"{job_id}: state kept changing under us; giving up this event")
 
     def _execute(self, state: JobState, action: Action) -> list[ev.Event]:

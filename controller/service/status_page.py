@@ -139,12 +139,13 @@ def _job_detail(doc: dict, now: float) -> str:
             f"<td class='num'>{_text(a['resumeFromStep'] if a['resumeFromStep'] is not None else '-')}</td>"
             f"<td class='num'>{_text(a['checkpointStepAtEnd'] if a['checkpointStepAtEnd'] is not None else '-')}</td>"
             f"<td>{_text(a['errorMessage'] or '')}</td>"
+            f"<td>{_interval(a.get('checkpointInterval'))}</td>"
             "</tr>"
         )
     attempt_table = (
         "<h2>Attempts</h2><table id='attempts'><tr><th>#</th><th>Vertex job</th><th>VMs</th>"
         "<th>Started (UTC)</th><th>Ended (UTC)</th><th>Ending (rule)</th><th>From step</th>"
-        "<th>Step at end</th><th>Error</th></tr>" + "".join(attempts) + "</table>"
+        "<th>Step at end</th><th>Error</th><th>Checkpoint interval</th></tr>" + "".join(attempts) + "</table>"
         if attempts
         else "<p>No attempts yet.</p>"
     )
@@ -162,6 +163,14 @@ def _job_detail(doc: dict, now: float) -> str:
     elapsed = duration(result.total)
     back = f"<p><a href='/'>All jobs</a> · job age {escape(elapsed)}</p>"
     return back + summary + attempt_table + picture + timeline_table
+
+
+def _interval(chosen: dict | None) -> str:
+    """The attempt's checkpoint interval; for `auto`, the estimate behind it as a tooltip."""
+    if not chosen:
+        return "-"
+    text = f"{chosen['seconds']:.1f} s ({_text(chosen.get('mode', ''))})"
+    return f"<span title='{_text(chosen.get('explanation', ''))}'>{text}</span>"
 
 
 def response(path: str, app) -> tuple[int, bytes, str, dict[str, str]]:
