@@ -310,6 +310,10 @@ def _end_attempt(
     made_progress = state.latest_checkpoint_step is not None and (
         current.resume_from_step is None or state.latest_checkpoint_step > current.resume_from_step
     )
+    # With the checkpoint root unreadable, "no progress seen" proves nothing: the crash-loop
+    # streak is left as it was (neither reset nor grown), so a healthy job whose bucket the
+    # controller cannot read is never stopped for it. maxFailures still bounds real failures.
+    unknown = event.progress_unknown and not made_progress
     state = state.with_current(
         vertex_state=event.vertex_state,
         ending=verdict.ending,
@@ -318,6 +322,7 @@ def _end_attempt(
         error_code=event.error_code,
         error_message=event.error_message,
         checkpoint_step_at_end=state.latest_checkpoint_step,
+        progress_unknown=unknown,
         started_at=current.started_at or event.start_time,
     )
     ran = _current(state).started_at is not None
@@ -354,7 +359,9 @@ def _end_attempt(
         # A reclaim the trainer confirmed is no crash, progress or not. One inferred from Vertex's
         # ending alone may be a crash in disguise: without checkpoint progress it counts toward
         # the crash-loop limit (never toward maxFailures).
-        stalled = state.no_progress_streak + 1 if verdict.inferred else state.no_progress_streak
+        stalled = (
+            state.no_progress_streak + 1 if verdict.inferred and not unknown else state.no_progress_streak
+        )
         state = replace(
             state,
             preemptions=state.preemptions + 1,
@@ -371,7 +378,7 @@ def _end_attempt(
         state, alerts = _preemption_storm_alert(state, now, config)
     else:
         state = replace(state, failures=state.failures + 1)
-        if ran or verdict.ending is Ending.USER_ERROR:
+        if (ran or verdict.ending is Ending.USER_ERROR) and not unknown:
             state = replace(state, no_progress_streak=0 if made_progress else state.no_progress_streak + 1)
         what = f"{verdict.ending.value} ({verdict.rule}): {event.error_message}".strip()
         if verdict.permanent:

@@ -61,6 +61,9 @@ class VertexObserved:
     # With exit_reason no_usable_checkpoint: the root the trainer searched and the steps lost.
     checkpoint_root: str | None = None
     steps_lost: int | None = None
+    # The controller could not read the checkpoint root (403 and the like): neither the latest
+    # checkpoint nor the exit record is known, so whether the attempt made progress is unknown.
+    progress_unknown: bool = False
 
 
 @dataclass(frozen=True)

@@ -64,6 +64,7 @@ class Attempt:
     error_code: int = 0
     error_message: str = ""
     checkpoint_step_at_end: int | None = None
+    progress_unknown: bool = False  # the checkpoint root was unreadable when this attempt ended
     # First time this attempt was seen FAILED with no error and no decisive exit record: Vertex
     # fills `error` in about a minute later, so the ending is classified only then (or after a
     # bounded wait).

@@ -72,7 +72,8 @@ def transition_entries(
                 entry(
                     c.ended_at or now,
                     attempt,
-                    f"attempt {attempt} ended: {c.ending.value} ({c.rule})",
+                    f"attempt {attempt} ended: {c.ending.value} ({c.rule})"
+                    + ("; progress unknown (checkpoint root unreadable)" if c.progress_unknown else ""),
                     ending=c.ending.value,
                     error=c.error_message,
                     checkpointStep=c.checkpoint_step_at_end,
@@ -133,6 +134,7 @@ def status_document(document: Json, *, with_timeline: bool = True) -> Json:
                 "errorCode": a["error_code"],
                 "errorMessage": a["error_message"],
                 "checkpointStepAtEnd": a["checkpoint_step_at_end"],
+                "progressUnknown": a.get("progress_unknown", False),
             }
             for a in attempts
         ],

@@ -155,6 +155,7 @@ class Engine:
     def _observation_events(self, job: aiplatform_v1.CustomJob, record: Any, attempt: int) -> list[ev.Event]:
         events: list[ev.Event] = []
         exit_record = None
+        progress_unknown = False
         current = JobState.from_dict(record.document["state"]).current
         deciding = current is not None and current.number == attempt and not current.ended
         if (
@@ -178,7 +179,8 @@ class Engine:
                 # Not a passing fault: waiting cannot help, and the ending must still be applied.
                 # Progress is unknown; the classifier goes by Vertex's account alone.
                 self._checkpoints_unreadable(record.document["state"]["job_id"], attempt, error)
-        events.append(observed_event(job, attempt, exit_record))
+                progress_unknown = True
+        events.append(observed_event(job, attempt, exit_record, progress_unknown=progress_unknown))
         return events
 
     @staticmethod

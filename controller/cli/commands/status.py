@@ -111,7 +111,7 @@ def describe_job(doc: dict, now: float) -> str:
             view.utc(a["endedAt"]),
             f"{a['ending']} ({a['rule']})" if a["ending"] else (a["vertexState"] or "requested"),
             view.dash(a["resumeFromStep"]),
-            view.dash(a["checkpointStepAtEnd"]),
+            "unknown" if a.get("progressUnknown") else view.dash(a["checkpointStepAtEnd"]),
         ]
         for a in doc["attempts"]
     ]

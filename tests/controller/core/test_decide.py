@@ -129,6 +129,40 @@ def test_crash_loop_gives_up_after_attempts_without_checkpoint_progress():
     assert alerts(actions, "crash_loop")
 
 
+def test_reclaims_whose_checkpoint_root_is_unreadable_do_not_stop_a_job_as_a_crash_loop():
+    """The controller cannot read the bucket (403): no checkpoint and no exit record are seen.
+    That proves nothing about progress, so the job keeps being recovered, each ending marked."""
+    run = Run.start(max_failures=0, crash_loop_attempts=2)
+    for n in range(1, 6):
+        run.submitted(n)
+        run.running(n)
+        run.feed(
+            ev.VertexObserved(
+                n, vname(n), "FAILED", 8, PREEMPTED, end_time=run.now, spot=True, progress_unknown=True
+            )
+        )
+        assert run.state.current.progress_unknown
+        assert run.state.phase is Phase.BACKING_OFF
+        run.wake()
+    assert run.state.preemptions == 5 and run.state.no_progress_streak == 0
+
+
+def test_failures_with_progress_unknown_still_spend_the_failure_budget():
+    run = Run.start(max_failures=2, crash_loop_attempts=100)
+    for n in (1, 2, 3):
+        run.submitted(n)
+        run.running(n, spot=False)
+        actions = run.feed(
+            ev.VertexObserved(
+                n, vname(n), "FAILED", 13, "Internal error occurred.", end_time=run.now, progress_unknown=True
+            )
+        )
+        if n < 3:
+            run.wake()
+    assert run.state.phase is Phase.FAILED and run.state.failures == 3
+    assert alerts(actions, "job_failed")
+
+
 def test_checkpoint_progress_resets_the_crash_loop_count():
     run = Run.start(max_failures=10, crash_loop_attempts=2)
     run.submitted(1)

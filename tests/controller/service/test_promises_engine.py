@@ -34,6 +34,7 @@ def test_a_checkpoint_bucket_that_answers_403_does_not_stop_the_ending(
     finally:
         devstack.gcs_faults(bucket=bucket, status=None)
     assert doc["phase"] == "succeeded", doc
+    assert doc["attempts"][-1]["progressUnknown"], "the ending should say its progress is unknown"
     alerts = [a for a in read_alerts(alerts_topic[1], want=1) if a["kind"] == "checkpoints_unreadable"]
     assert alerts and alerts[0]["details"]["bucket"] == bucket
     assert "storage.objects" in alerts[0]["details"]["permission"]
