@@ -36,6 +36,7 @@ from controller.core.model import (
     Alerted,
     Attempt,
     JobState,
+    PendingAlert,
     Phase,
     vertex_is_live,
 )
@@ -79,13 +80,39 @@ def decide(
     rng: random.Random,
     config: CoreConfig = CoreConfig(),
 ) -> Decision:
+    if isinstance(event, ev.AlertDelivered):  # also after the end: a failed job's alert matters most
+        outbox = tuple(p for p in state.outbox if p.outbox_id != event.outbox_id)
+        return Decision(replace(state, outbox=outbox) if outbox != state.outbox else state, ())
     if state.phase.terminal:
         return Decision(state, tuple(_cancel_if_stray(event)))
     handler = _HANDLERS[type(event)]
     new_state, actions = handler(state, event, now, rng, config)
+    new_state, actions = _into_outbox(new_state, actions, now)
     if new_state != state:
         new_state = replace(new_state, updated_at=now)
     return Decision(new_state, tuple(actions))
+
+
+def pending_alerts(state: JobState) -> tuple[RaiseAlert, ...]:
+    """The alerts of this job still to be published (after a crash or a lost lease)."""
+    return tuple(
+        RaiseAlert(p.kind, p.severity, p.summary, dict(p.details), p.outbox_id) for p in state.outbox
+    )
+
+
+def _into_outbox(state: JobState, actions: list[Action], now: float) -> tuple[JobState, list[Action]]:
+    """Every alert decided here is written to the outbox with the state change that caused it."""
+    out: list[Action] = []
+    pending = list(state.outbox)
+    for action in actions:
+        if isinstance(action, RaiseAlert) and not action.outbox_id:
+            outbox_id = f"{action.kind}@{now:.6f}#{len(pending)}"
+            pending.append(
+                PendingAlert(outbox_id, action.kind, action.severity, action.summary, action.details)
+            )
+            action = replace(action, outbox_id=outbox_id)
+        out.append(action)
+    return (replace(state, outbox=tuple(pending)) if len(pending) != len(state.outbox) else state), out
 
 
 # --- event handlers ------------------------------------------------------------------------

@@ -92,6 +92,13 @@ class CancelRequested:
     """The user asked to cancel the job."""
 
 
+@dataclass(frozen=True)
+class AlertDelivered:
+    """The alert with this outbox id was published: it leaves the job's outbox."""
+
+    outbox_id: str
+
+
 Event = (
     RequestAccepted
     | AttemptSubmitted
@@ -102,4 +109,5 @@ Event = (
     | CheckpointObserved
     | TimerFired
     | CancelRequested
+    | AlertDelivered
 )

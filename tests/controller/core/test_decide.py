@@ -493,3 +493,21 @@ def test_no_usable_checkpoint_restarts_from_scratch_when_the_policy_says_so():
     assert alert.details["stepsLost"] == 40 and "restarting from step 0" in alert.summary
     # The next attempt has no resume point: the trainer starts at step 0.
     assert submits(run.wake()) == [SubmitAttempt(3, None, None, False, True)]
+
+
+def test_every_alert_is_written_to_the_outbox_with_its_cause_and_leaves_it_once_delivered():
+    """A transactional outbox: the page travels in the same state write as the failure, so a
+    crash or a lost lease between the write and the publish cannot lose it."""
+    run = Run.start(max_failures=0, crash_loop_attempts=100)
+    run.submitted(1)
+    run.running(1, spot=False)
+    actions = run.ended(1, "FAILED", 3, USER_ERROR)
+    (alert,) = alerts(actions, "job_failed")
+    assert run.state.phase is Phase.FAILED
+    assert [p.outbox_id for p in run.state.outbox] == [alert.outbox_id]
+    assert JobState.from_dict(run.state.to_dict()).outbox == run.state.outbox
+
+    run.feed(ev.AlertDelivered(alert.outbox_id))  # delivered after the job ended: still counts
+    assert run.state.outbox == ()
+    run.feed(ev.AlertDelivered(alert.outbox_id))  # a repeated report changes nothing
+    assert run.state.outbox == () and run.state.phase is Phase.FAILED
