@@ -6,7 +6,7 @@ import argparse
 import time
 
 from controller.cli import common as view
-from controller.readmodel.printable import printable
+from controller.readmodel.printable import counted, printable
 
 EXAMPLE = """\
 Reads the controller's state store (the state_store property: RELAUNCH_STATE_STORE or
@@ -95,7 +95,8 @@ def describe_job(doc: dict, now: float) -> str:
         f"job:         {printable(doc['jobId'])}" + (f" ({name})" if name else ""),
         f"phase:       {doc['phase']}" + (f" ({reason})" if reason else ""),
         f"created:     {view.utc(doc['createdAt'])} UTC ({view.age(doc['createdAt'], now)} ago)",
-        f"attempts:    {doc['attempt']} ({doc['preemptions']} preemptions, {doc['failures']} failures)",
+        f"attempts:    {doc['attempt']} ({counted(doc['preemptions'], 'preemption')}, "
+        f"{counted(doc['failures'], 'failure')})",
         f"checkpoint:  step {view.dash(doc['latestCheckpointStep'])} under {printable(doc['checkpointUri'])}",
         f"goodput:     {compute(doc, now).summary()}",
     ]
