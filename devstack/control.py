@@ -2,7 +2,7 @@
 devstack (RELAUNCH_DEVSTACK_CONTROL names the server).
 
     POST /preempt   {"job": NAME, "grace_seconds": 15, "end_job": false} -> {"preempted": true}
-    POST /stockout  {"queue_seconds": 0, "fail": false, "region_wide_until": null}
+    POST /stockout  {"queue_seconds": 0, "fail": false}
     POST /faults    {"rate": 0.2, "codes": ["UNAVAILABLE"], "seed": null}
     POST /quota     {"enabled": true, "creates_per_minute": 60, "other_per_minute": 600}
     POST /quota_shortfall {"mode": "queue" | "reject" | null}
@@ -66,12 +66,7 @@ def _behaviour(target, body):
 
 
 def _stockout(target, body):
-    until = body.get("region_wide_until")
-    target.stockout(
-        float(body.get("queue_seconds", 0.0)),
-        bool(body.get("fail", False)),
-        None if until is None else float(until),
-    )
+    target.stockout(float(body.get("queue_seconds", 0.0)), bool(body.get("fail", False)))
     return {}
 
 
@@ -195,14 +190,8 @@ class ControlClient:
     def configure(self, **changes) -> None:
         self._call("POST", "/behaviour", changes)
 
-    def stockout(
-        self, queue_seconds: float = 0.0, fail: bool = False, region_wide_until: float | None = None
-    ) -> None:
-        self._call(
-            "POST",
-            "/stockout",
-            {"queue_seconds": queue_seconds, "fail": fail, "region_wide_until": region_wide_until},
-        )
+    def stockout(self, queue_seconds: float = 0.0, fail: bool = False) -> None:
+        self._call("POST", "/stockout", {"queue_seconds": queue_seconds, "fail": fail})
 
     def faults(self, rate: float, codes: list[str] = (), seed: int | None = None) -> None:
         self._call("POST", "/faults", {"rate": rate, "codes": list(codes), "seed": seed})

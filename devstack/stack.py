@@ -145,12 +145,9 @@ class DevStack:
         """Change Vertex behaviour knobs (devstack.vertex.behaviour)."""
         self.vertex.configure(**changes)
 
-    def stockout(
-        self, queue_seconds: float = 0.0, fail: bool = False, region_wide_until: float | None = None
-    ) -> None:
+    def stockout(self, queue_seconds: float = 0.0, fail: bool = False) -> None:
         """New jobs queue `queue_seconds`, then fail with code 8 if `fail`; defaults clear it."""
-        extra = {} if region_wide_until is None else {"region_wide_until": region_wide_until}
-        self.vertex.set_stockout(queue_seconds=queue_seconds, fail=fail, **extra)
+        self.vertex.set_stockout(queue_seconds=queue_seconds, fail=fail)
 
     def faults(self, rate: float, codes: list[str] = (), seed: int | None = None) -> None:
         """Answer `rate` of Vertex RPCs with one of the gRPC `codes`; rate 0 clears."""

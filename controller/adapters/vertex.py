@@ -89,7 +89,11 @@ def is_spot(job: aiplatform_v1.CustomJob) -> bool:
 
 
 def observed_event(
-    job: aiplatform_v1.CustomJob, attempt: int, exit_record: layout.ExitRecord | None = None
+    job: aiplatform_v1.CustomJob,
+    attempt: int,
+    exit_record: layout.ExitRecord | None = None,
+    *,
+    progress_unknown: bool = False,
 ) -> ev.VertexObserved:
     """What the decision core needs to know of one CustomJob read from Vertex (and, once it has
     ended, of the trainer's exit record for it)."""
@@ -105,6 +109,7 @@ def observed_event(
         spot=is_spot(job),
         checkpoint_root=exit_record.checkpoint_root if exit_record else None,
         steps_lost=exit_record.steps_lost if exit_record else None,
+        progress_unknown=progress_unknown,
     )
 
 

@@ -51,6 +51,9 @@ class RaiseAlert:
     severity: str  # WARNING or ERROR (Cloud Logging severities)
     summary: str
     details: dict[str, Any] = field(default_factory=dict)
+    # The alert's entry in the job's outbox: once it is sent, the shell reports AlertDelivered
+    # with this id. Set by `decide`; empty only on alerts built outside it.
+    outbox_id: str = ""
 
 
 @dataclass(frozen=True)

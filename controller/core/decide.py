@@ -36,6 +36,7 @@ from controller.core.model import (
     Alerted,
     Attempt,
     JobState,
+    PendingAlert,
     Phase,
     vertex_is_live,
 )
@@ -79,13 +80,39 @@ def decide(
     rng: random.Random,
     config: CoreConfig = CoreConfig(),
 ) -> Decision:
+    if isinstance(event, ev.AlertDelivered):  # also after the end: a failed job's alert matters most
+        outbox = tuple(p for p in state.outbox if p.outbox_id != event.outbox_id)
+        return Decision(replace(state, outbox=outbox) if outbox != state.outbox else state, ())
     if state.phase.terminal:
         return Decision(state, tuple(_cancel_if_stray(event)))
     handler = _HANDLERS[type(event)]
     new_state, actions = handler(state, event, now, rng, config)
+    new_state, actions = _into_outbox(new_state, actions, now)
     if new_state != state:
         new_state = replace(new_state, updated_at=now)
     return Decision(new_state, tuple(actions))
+
+
+def pending_alerts(state: JobState) -> tuple[RaiseAlert, ...]:
+    """The alerts of this job still to be published (after a crash or a lost lease)."""
+    return tuple(
+        RaiseAlert(p.kind, p.severity, p.summary, dict(p.details), p.outbox_id) for p in state.outbox
+    )
+
+
+def _into_outbox(state: JobState, actions: list[Action], now: float) -> tuple[JobState, list[Action]]:
+    """Every alert decided here is written to the outbox with the state change that caused it."""
+    out: list[Action] = []
+    pending = list(state.outbox)
+    for action in actions:
+        if isinstance(action, RaiseAlert) and not action.outbox_id:
+            outbox_id = f"{action.kind}@{now:.6f}#{len(pending)}"
+            pending.append(
+                PendingAlert(outbox_id, action.kind, action.severity, action.summary, action.details)
+            )
+            action = replace(action, outbox_id=outbox_id)
+        out.append(action)
+    return (replace(state, outbox=tuple(pending)) if len(pending) != len(state.outbox) else state), out
 
 
 # --- event handlers ------------------------------------------------------------------------
@@ -310,6 +337,10 @@ def _end_attempt(
     made_progress = state.latest_checkpoint_step is not None and (
         current.resume_from_step is None or state.latest_checkpoint_step > current.resume_from_step
     )
+    # With the checkpoint root unreadable, "no progress seen" proves nothing: the crash-loop
+    # streak is left as it was (neither reset nor grown), so a healthy job whose bucket the
+    # controller cannot read is never stopped for it. maxFailures still bounds real failures.
+    unknown = event.progress_unknown and not made_progress
     state = state.with_current(
         vertex_state=event.vertex_state,
         ending=verdict.ending,
@@ -318,6 +349,7 @@ def _end_attempt(
         error_code=event.error_code,
         error_message=event.error_message,
         checkpoint_step_at_end=state.latest_checkpoint_step,
+        progress_unknown=unknown,
         started_at=current.started_at or event.start_time,
     )
     ran = _current(state).started_at is not None
@@ -354,7 +386,9 @@ def _end_attempt(
         # A reclaim the trainer confirmed is no crash, progress or not. One inferred from Vertex's
         # ending alone may be a crash in disguise: without checkpoint progress it counts toward
         # the crash-loop limit (never toward maxFailures).
-        stalled = state.no_progress_streak + 1 if verdict.inferred else state.no_progress_streak
+        stalled = (
+            state.no_progress_streak + 1 if verdict.inferred and not unknown else state.no_progress_streak
+        )
         state = replace(
             state,
             preemptions=state.preemptions + 1,
@@ -371,7 +405,7 @@ def _end_attempt(
         state, alerts = _preemption_storm_alert(state, now, config)
     else:
         state = replace(state, failures=state.failures + 1)
-        if ran or verdict.ending is Ending.USER_ERROR:
+        if (ran or verdict.ending is Ending.USER_ERROR) and not unknown:
             state = replace(state, no_progress_streak=0 if made_progress else state.no_progress_streak + 1)
         what = f"{verdict.ending.value} ({verdict.rule}): {event.error_message}".strip()
         if verdict.permanent:

@@ -61,6 +61,9 @@ class VertexObserved:
     # With exit_reason no_usable_checkpoint: the root the trainer searched and the steps lost.
     checkpoint_root: str | None = None
     steps_lost: int | None = None
+    # The controller could not read the checkpoint root (403 and the like): neither the latest
+    # checkpoint nor the exit record is known, so whether the attempt made progress is unknown.
+    progress_unknown: bool = False
 
 
 @dataclass(frozen=True)
@@ -89,6 +92,13 @@ class CancelRequested:
     """The user asked to cancel the job."""
 
 
+@dataclass(frozen=True)
+class AlertDelivered:
+    """The alert with this outbox id was published: it leaves the job's outbox."""
+
+    outbox_id: str
+
+
 Event = (
     RequestAccepted
     | AttemptSubmitted
@@ -99,4 +109,5 @@ Event = (
     | CheckpointObserved
     | TimerFired
     | CancelRequested
+    | AlertDelivered
 )

@@ -64,6 +64,7 @@ class Attempt:
     error_code: int = 0
     error_message: str = ""
     checkpoint_step_at_end: int | None = None
+    progress_unknown: bool = False  # the checkpoint root was unreadable when this attempt ended
     # First time this attempt was seen FAILED with no error and no decisive exit record: Vertex
     # fills `error` in about a minute later, so the ending is classified only then (or after a
     # bounded wait).
@@ -80,6 +81,21 @@ class Alerted:
 
     kind: str
     at: float
+
+
+@dataclass(frozen=True)
+class PendingAlert:
+    """An alert decided together with a state change and not yet known to be published.
+
+    It is written in the same state document as the change (a transactional outbox), so an
+    alert is never lost to a crash or a lost lease between the write and the publish: whoever
+    leads next sends what is left. Delivery is at least once."""
+
+    outbox_id: str
+    kind: str
+    severity: str
+    summary: str
+    details: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -101,6 +117,7 @@ class JobState:
     cancel_requested: bool = False
     terminal_reason: str | None = None
     alerts: tuple[Alerted, ...] = field(default=())
+    outbox: tuple[PendingAlert, ...] = field(default=())
 
     @property
     def current(self) -> Attempt | None:
@@ -127,5 +144,8 @@ class JobState:
             for a in data.get("attempts", ())
         )
         alerts = tuple(Alerted(**a) for a in data.get("alerts", ()))
-        rest = {k: v for k, v in data.items() if k not in ("policy", "attempts", "alerts", "phase")}
-        return cls(policy=policy, attempts=attempts, alerts=alerts, phase=Phase(data["phase"]), **rest)
+        outbox = tuple(PendingAlert(**a) for a in data.get("outbox", ()))
+        rest = {k: v for k, v in data.items() if k not in ("policy", "attempts", "alerts", "outbox", "phase")}
+        return cls(
+            policy=policy, attempts=attempts, alerts=alerts, outbox=outbox, phase=Phase(data["phase"]), **rest
+        )

@@ -79,7 +79,8 @@ def transition_entries(
                 entry(
                     c.ended_at or now,
                     attempt,
-                    f"attempt {attempt} ended: {c.ending.value} ({c.rule})",
+                    f"attempt {attempt} ended: {c.ending.value} ({c.rule})"
+                    + ("; progress unknown (checkpoint root unreadable)" if c.progress_unknown else ""),
                     ending=c.ending.value,
                     error=c.error_message,
                     checkpointStep=c.checkpoint_step_at_end,
@@ -142,6 +143,7 @@ def status_document(document: Json, *, with_timeline: bool = True) -> Json:
                 "checkpointStepAtEnd": a["checkpoint_step_at_end"],
                 "checkpointInterval": _interval_of(document, a["number"]),
                 "trainerFigures": (document.get(TRAINER_FIGURES_FIELD) or {}).get(str(a["number"])),
+                "progressUnknown": a.get("progress_unknown", False),
             }
             for a in attempts
         ],

@@ -48,3 +48,8 @@ def printable(value: object, *, keep_tabs: bool = False) -> str:
     return "".join(
         _escape(char) if _unsafe(char) and not (keep_tabs and char == "\t") else char for char in text
     )
+
+
+def counted(count: int, noun: str, plural: str | None = None) -> str:
+    """`1 preemption`, `2 preemptions`: a count with its noun in the right number."""
+    return f"{count} {noun if count == 1 else plural or noun + 's'}"

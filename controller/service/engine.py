@@ -56,7 +56,7 @@ from controller.core.actions import (
     ScheduleWakeup,
     SubmitAttempt,
 )
-from controller.core.decide import CoreConfig, decide
+from controller.core.decide import CoreConfig, decide, pending_alerts
 from controller.core.model import VERTEX_TERMINAL, JobState, Phase
 from controller.readmodel import goodput
 from controller.readmodel.jobs import append_timeline, transition_entries
@@ -129,6 +129,10 @@ class Engine:
         self._locks_guard = threading.Lock()
         self._requests: dict[str, JobRequest] = {}
         self.intervals = IntervalKeeper(settings, self.store, self.checkpoints, fence=lambda: self.fence())
+        # Jobs whose outbox may hold an alert not yet published, and the lease generation for
+        # which the whole store was last searched for such jobs (once per leadership).
+        self._undelivered: set[str] = set()
+        self._outbox_swept_for: int | None = None
 
     def remember_request(self, request: JobRequest) -> None:
         """The intake hands over a request it just stored, saving a parse on the first submit."""
@@ -157,6 +161,7 @@ class Engine:
     def _observation_events(self, job: aiplatform_v1.CustomJob, record: Any, attempt: int) -> list[ev.Event]:
         events: list[ev.Event] = []
         exit_record = None
+        progress_unknown = False
         current = JobState.from_dict(record.document["state"]).current
         deciding = current is not None and current.number == attempt and not current.ended
         if (
@@ -180,7 +185,8 @@ class Engine:
                 # Not a passing fault: waiting cannot help, and the ending must still be applied.
                 # Progress is unknown; the classifier goes by Vertex's account alone.
                 self._checkpoints_unreadable(record.document["state"]["job_id"], attempt, error)
-        events.append(observed_event(job, attempt, exit_record))
+                progress_unknown = True
+        events.append(observed_event(job, attempt, exit_record, progress_unknown=progress_unknown))
         return events
 
     @staticmethod
@@ -251,6 +257,13 @@ class Engine:
             except Exception as error:
                 errors.append(f"{job.name}: {error}")
                 log.exception("reconcile: observing a job failed", vertex_job=job.name)
+        try:
+            self._send_pending_alerts()
+        except Deposed:
+            raise
+        except Exception as error:
+            errors.append(f"sending alerts left in outboxes: {error}")
+            log.exception("reconcile: sending alerts left in outboxes failed")
         live = self.live_states()
         cancelled = {r.key[len(CANCELS_PREFIX) :] for r in self.store.list(CANCELS_PREFIX)}
         for state in sorted(live, key=lambda s: s.current.intent_at if s.current else s.created_at):
@@ -289,6 +302,36 @@ class Engine:
             self.health.pass_failed(errors)
         else:
             self.health.pass_succeeded()
+
+    def _send_pending_alerts(self) -> None:
+        """Publish the alerts a crash, a lost lease or a failed publish left in job outboxes.
+
+        A new leader searches every job once (a deposed leader's last alerts may sit in a finished
+        job); after that only the jobs whose alert this instance failed to publish are read."""
+        fence = self.fence()
+        if self._outbox_swept_for != fence:
+            self._undelivered.update(
+                record.key[len(JOBS_PREFIX) :]
+                for record in self.store.list(JOBS_PREFIX)
+                if record.document["state"].get("outbox")
+            )
+            self._outbox_swept_for = fence
+        for job_id in sorted(self._undelivered):
+            with self._lock(job_id):
+                record = self.store.get(job_key(job_id))
+                state = JobState.from_dict(record.document["state"]) if record is not None else None
+                for alert in pending_alerts(state) if state is not None else ():
+                    log.info("sending an alert left in the outbox", job_id=job_id, kind=alert.kind)
+                    self._alert(
+                        alert.kind,
+                        alert.severity,
+                        alert.summary,
+                        job_id=job_id,
+                        attempt=alert.details.get("attempt"),
+                        details=alert.details,
+                    )
+                    self.apply(job_id, ev.AlertDelivered(alert.outbox_id))
+                self._undelivered.discard(job_id)
 
     def _probe_progress(self, state: JobState) -> None:
         request = self._request(state.job_id)
@@ -343,6 +386,8 @@ class Engine:
                 self._deposed(f"state write refused: {error}")
             except LeaseNotHeld as error:
                 self._deposed(str(error))
+            if state is not None and not state.outbox:
+                self._undelivered.discard(job_id)
             return state
 
     def _decide_and_store(
@@ -391,6 +436,7 @@ class Engine:
             record = self.store.get(job_key(job_id))
             return [] if record is None else self._observation_events(job, record, action.attempt)
         if isinstance(action, RaiseAlert):
+            self._undelivered.add(job_id)  # until the outbox entry is gone (a failed publish raises)
             self._alert(
                 action.kind,
                 action.severity,
@@ -399,7 +445,7 @@ class Engine:
                 attempt=attempt,
                 details=action.details,
             )
-            return []
+            return [ev.AlertDelivered(action.outbox_id)] if action.outbox_id else []
         if isinstance(action, MarkTerminal):
             (bound.info if action.phase == "succeeded" else bound.warning)(
                 f"job {action.phase}",

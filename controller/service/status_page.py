@@ -17,7 +17,7 @@ from urllib.parse import quote, unquote
 
 from controller.readmodel.goodput import compute, duration
 from controller.readmodel.picture import ENDING_COLOURS, attempts_svg
-from controller.readmodel.printable import printable
+from controller.readmodel.printable import counted, printable
 
 JOB_PAGE_PREFIX = "/jobs/"
 CONTENT_TYPE = "text/html; charset=utf-8"
@@ -117,8 +117,8 @@ def _job_detail(doc: dict, now: float) -> str:
         "<table id='summary'>"
         f"<tr><th>Name</th><td>{_text(doc.get('displayName') or '')}</td></tr>"
         f"<tr><th>Phase</th><td>{_phase(doc['phase'])}{reason}</td></tr>"
-        f"<tr><th>Attempts</th><td>{doc['attempt']} ({doc['preemptions']} preemptions, "
-        f"{doc['failures']} failures)</td></tr>"
+        f"<tr><th>Attempts</th><td>{doc['attempt']} ({counted(doc['preemptions'], 'preemption')}, "
+        f"{counted(doc['failures'], 'failure')})</td></tr>"
         f"<tr><th>Latest checkpoint</th><td>step {_text(doc['latestCheckpointStep'] or '-')} "
         f"<code>{_text(doc.get('latestCheckpointUri') or doc['checkpointUri'])}</code></td></tr>"
         f"<tr><th>Goodput</th><td>{escape(result.summary())}</td></tr>"

@@ -147,6 +147,17 @@ def test_control_server_preempts_and_injects_api_faults(devstack):
         control.faults(0.0)
     assert jobs.get_custom_job(name=job.name, retry=None).state == JobState.JOB_STATE_FAILED
 
+    control.stockout(fail=True)  # the control server's stockout used to pass a knob the emulator lacks
+    try:
+        starved = jobs.create_custom_job(
+            parent=_parent(), custom_job=command_job("starved", [(1, ["python", "-c", "pass"])])
+        )
+        ended = devstack.vertex.wait_for_error(starved.name, timeout=120)
+        assert ended.state == JobState.JOB_STATE_FAILED and ended.error.code == 8
+        assert not ended.start_time  # it never ran
+    finally:
+        control.stockout()
+
 
 def _exports(stdout: str) -> dict[str, str]:
     env = {}

@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from controller.cli import common as view
-from controller.readmodel.printable import printable
+from controller.readmodel.printable import counted, printable
 
 EXAMPLE = """\
 Reads the controller's state store (the state_store property: RELAUNCH_STATE_STORE or
@@ -96,7 +96,8 @@ def describe_job(doc: dict, now: float) -> str:
         f"job:         {printable(doc['jobId'])}" + (f" ({name})" if name else ""),
         f"phase:       {doc['phase']}" + (f" ({reason})" if reason else ""),
         f"created:     {view.utc(doc['createdAt'])} UTC ({view.age(doc['createdAt'], now)} ago)",
-        f"attempts:    {doc['attempt']} ({doc['preemptions']} preemptions, {doc['failures']} failures)",
+        f"attempts:    {doc['attempt']} ({counted(doc['preemptions'], 'preemption')}, "
+        f"{counted(doc['failures'], 'failure')})",
         f"checkpoint:  step {view.dash(doc['latestCheckpointStep'])} under {printable(doc['checkpointUri'])}",
         f"goodput:     {compute(doc, now).summary()}",
     ]
@@ -112,7 +113,7 @@ def describe_job(doc: dict, now: float) -> str:
             view.utc(a["endedAt"]),
             f"{a['ending']} ({a['rule']})" if a["ending"] else (a["vertexState"] or "requested"),
             view.dash(a["resumeFromStep"]),
-            view.dash(a["checkpointStepAtEnd"]),
+            "unknown" if a.get("progressUnknown") else view.dash(a["checkpointStepAtEnd"]),
             interval_cell(a.get("checkpointInterval")),
         ]
         for a in doc["attempts"]

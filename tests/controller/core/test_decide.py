@@ -129,6 +129,40 @@ def test_crash_loop_gives_up_after_attempts_without_checkpoint_progress():
     assert alerts(actions, "crash_loop")
 
 
+def test_reclaims_whose_checkpoint_root_is_unreadable_do_not_stop_a_job_as_a_crash_loop():
+    """The controller cannot read the bucket (403): no checkpoint and no exit record are seen.
+    That proves nothing about progress, so the job keeps being recovered, each ending marked."""
+    run = Run.start(max_failures=0, crash_loop_attempts=2)
+    for n in range(1, 6):
+        run.submitted(n)
+        run.running(n)
+        run.feed(
+            ev.VertexObserved(
+                n, vname(n), "FAILED", 8, PREEMPTED, end_time=run.now, spot=True, progress_unknown=True
+            )
+        )
+        assert run.state.current.progress_unknown
+        assert run.state.phase is Phase.BACKING_OFF
+        run.wake()
+    assert run.state.preemptions == 5 and run.state.no_progress_streak == 0
+
+
+def test_failures_with_progress_unknown_still_spend_the_failure_budget():
+    run = Run.start(max_failures=2, crash_loop_attempts=100)
+    for n in (1, 2, 3):
+        run.submitted(n)
+        run.running(n, spot=False)
+        actions = run.feed(
+            ev.VertexObserved(
+                n, vname(n), "FAILED", 13, "Internal error occurred.", end_time=run.now, progress_unknown=True
+            )
+        )
+        if n < 3:
+            run.wake()
+    assert run.state.phase is Phase.FAILED and run.state.failures == 3
+    assert alerts(actions, "job_failed")
+
+
 def test_checkpoint_progress_resets_the_crash_loop_count():
     run = Run.start(max_failures=10, crash_loop_attempts=2)
     run.submitted(1)
@@ -459,3 +493,21 @@ def test_no_usable_checkpoint_restarts_from_scratch_when_the_policy_says_so():
     assert alert.details["stepsLost"] == 40 and "restarting from step 0" in alert.summary
     # The next attempt has no resume point: the trainer starts at step 0.
     assert submits(run.wake()) == [SubmitAttempt(3, None, None, False, True)]
+
+
+def test_every_alert_is_written_to_the_outbox_with_its_cause_and_leaves_it_once_delivered():
+    """A transactional outbox: the page travels in the same state write as the failure, so a
+    crash or a lost lease between the write and the publish cannot lose it."""
+    run = Run.start(max_failures=0, crash_loop_attempts=100)
+    run.submitted(1)
+    run.running(1, spot=False)
+    actions = run.ended(1, "FAILED", 3, USER_ERROR)
+    (alert,) = alerts(actions, "job_failed")
+    assert run.state.phase is Phase.FAILED
+    assert [p.outbox_id for p in run.state.outbox] == [alert.outbox_id]
+    assert JobState.from_dict(run.state.to_dict()).outbox == run.state.outbox
+
+    run.feed(ev.AlertDelivered(alert.outbox_id))  # delivered after the job ended: still counts
+    assert run.state.outbox == ()
+    run.feed(ev.AlertDelivered(alert.outbox_id))  # a repeated report changes nothing
+    assert run.state.outbox == () and run.state.phase is Phase.FAILED

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from controller.readmodel.printable import printable
+from controller.readmodel.printable import counted, printable
 
 
 def test_plain_text_and_ordinary_unicode_are_unchanged():
@@ -25,3 +25,11 @@ def test_bidi_overrides_isolates_and_invisible_formatters_are_shown():
 def test_tabs_may_be_kept_for_log_lines():
     assert printable("a\tb") == "a\\tb"
     assert printable("a\tb\x1b", keep_tabs=True) == "a\tb\\x1b"
+
+
+def test_counts_read_as_english():
+    """Status said "1 preemptions"."""
+    assert counted(1, "preemption") == "1 preemption"
+    assert counted(0, "preemption") == "0 preemptions"
+    assert counted(2, "failure") == "2 failures"
+    assert counted(3, "replica", "replicas in all") == "3 replicas in all"

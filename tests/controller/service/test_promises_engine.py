@@ -4,13 +4,24 @@ CustomJobs for one attempt the recorded one survives."""
 
 from __future__ import annotations
 
+import pytest
 from google.cloud import aiplatform_v1
 
+from controller.adapters.lease import LeaseNotHeld
 from controller.adapters.vertex import VertexBackend
 from controller.core import events as ev
 from controller.request import parse_request
 from controller.request.render import build_custom_job
-from tests.support.engine import accept, drive, read_alerts, request, terminal, vertex_jobs_for
+from controller.service.engine import Deposed
+from tests.support.engine import (
+    accept,
+    drive,
+    job_document,
+    read_alerts,
+    request,
+    terminal,
+    vertex_jobs_for,
+)
 
 LONG = ["--steps", "100000", "--step-seconds", "0.05"]
 
@@ -34,6 +45,7 @@ def test_a_checkpoint_bucket_that_answers_403_does_not_stop_the_ending(
     finally:
         devstack.gcs_faults(bucket=bucket, status=None)
     assert doc["phase"] == "succeeded", doc
+    assert doc["attempts"][-1]["progressUnknown"], "the ending should say its progress is unknown"
     alerts = [a for a in read_alerts(alerts_topic[1], want=1) if a["kind"] == "checkpoints_unreadable"]
     assert alerts and alerts[0]["details"]["bucket"] == bucket
     assert "storage.objects" in alerts[0]["details"]["permission"]
@@ -101,3 +113,43 @@ def test_duplicates_keep_the_recorded_custom_job_and_never_end_the_job(
     assert not [
         a for a in read_alerts(alerts_topic[1], want=1, timeout=5) if a["kind"] == "job_cancelled_externally"
     ]
+
+
+def test_an_alert_a_leader_decided_but_could_not_send_is_sent_by_the_next_leader(
+    devstack, bucket, make_engine, alerts_topic
+):
+    """The job's failure was written, then the lease check before the page failed: the page was
+    dropped and no later leader ever sent it, since the failure was already recorded. Alerts now
+    travel in the job's outbox, written with the change that decided them."""
+    leader = make_engine()
+
+    def lease_lost_before_the_page(what: str) -> float:
+        if what == "send an alert":
+            raise LeaseNotHeld("the lease was taken over")
+        return float("inf")
+
+    leader.guard = lease_lost_before_the_page
+    payload = request(
+        "outbox-1",
+        bucket,
+        args=["--fail-with", "1", "--fail-at", "1"],
+        policy={"maxFailures": 0, "backoff": {"initialSeconds": 0.2, "maxSeconds": 0.5}},
+    )
+    assert accept(leader, payload).status == "accepted"
+    with pytest.raises(Deposed):
+        drive(leader, "outbox-1", lambda doc: False, timeout=60)
+    assert job_document(leader, "outbox-1")["phase"] == "failed"
+
+    def job_failed_alerts(timeout: float) -> list[dict]:
+        found = read_alerts(alerts_topic[1], want=1, timeout=timeout)
+        return [a for a in found if a["kind"] == "job_failed" and a["jobId"] == "outbox-1"]
+
+    assert job_failed_alerts(timeout=3) == []  # the deposed leader sent nothing
+
+    successor = make_engine()  # a new instance: it leads with a newer lease generation
+    successor.fence = lambda: 7
+    successor.reconcile()
+    (alert,) = job_failed_alerts(timeout=20)
+    assert "failure budget exhausted" in alert["summary"]
+    successor.reconcile()
+    assert job_failed_alerts(timeout=3) == []  # sent once, then gone from the outbox
