@@ -194,6 +194,8 @@ def main(argv: list[str] | None = None) -> int:
             raise DemoFailed(f"the reference run ended {ref_doc['phase']}: {ref_doc['terminalReason']}")
         _, ref_params = demo.final_loss(ref_doc)
 
+        # Read again: the trainer's figures of the last attempt are stored just after the job ended.
+        doc = demo._job("interval-auto") or doc
         print()
         print(
             f"job interval-auto: {doc['phase']} after {doc['attempt']} attempts, {doc['preemptions']} preemptions"
