@@ -172,6 +172,7 @@ _OURS = {
     lib_objects.download: objects.download,
     lib_objects.patch: objects.patch,
     lib_objects.delete: objects.delete,
+    lib_objects.ls: objects.list_objects,
 }
 
 
