@@ -149,7 +149,34 @@ class Settings(BaseSettings):
 
     # Quotas (Vertex defaults per project and region).
     creates_per_minute: int = Field(60, ge=1, description="CustomJob creations allowed per minute.")
-    reads_per_minute: int = Field(600, ge=1, description="Get/List/Cancel calls allowed per minute.")
+    reads_per_minute: int = Field(
+        300,
+        ge=1,
+        description="Vertex Get/List/Cancel calls this controller allows itself per minute. Vertex's quota "
+        "is 600 resource-management requests per minute per project and region, shared with every other "
+        "Vertex user of the project (FIELD-NOTES.md, Vertex quotas; Google's 'Vertex AI quotas and limits' "
+        "page); the default leaves half of it to them. A reconcile pass costs one List call per 1,000 live "
+        "CustomJobs plus one Get per live job whose CustomJob ended or vanished.",
+    )
+    hint_ignore_unknown: bool = Field(
+        True,
+        description="Read (GetCustomJob) only the Vertex jobs that the events sink reports and that a live "
+        "Relaunch job recorded; the sink delivers every Vertex job of the project and a log entry carries "
+        "no labels. Jobs not yet recorded are found by the reconcile pass.",
+    )
+    progress_probes_per_pass: int = Field(
+        50,
+        ge=0,
+        description="At most this many running jobs have their checkpoint root listed per reconcile pass, "
+        "least recently probed first, so probing scales with the pass instead of with every live job. An "
+        "attempt's ending always reads its checkpoints. 0 = only at endings.",
+    )
+    metrics_sweep_seconds: float = Field(
+        600.0,
+        gt=0,
+        description="Period of the full listing of jobs that recounts the jobs-by-phase gauges and the "
+        "goodput of finished jobs; between sweeps they change only when a job changes.",
+    )
 
     # Serving.
     port: int = Field(
