@@ -204,8 +204,12 @@ def main() -> int:
     )
     parser.add_argument("--store", choices=["sqlite", "gcs"], default="sqlite")
     parser.add_argument("--devstack-root", type=Path, default=ROOT)
+    parser.add_argument("--profile", action="store_true", help="print where one more pass spends its time")
     args = parser.parse_args()
 
+    from controller import logs
+
+    logs.configure("WARNING")  # one line per probe and transition would swamp the figures
     workdir = Path(tempfile.mkdtemp(prefix="relaunch-bench-reconcile-"))
     devstack, env = start_devstack(args.devstack_root.resolve(), workdir)
     try:
@@ -244,6 +248,13 @@ def main() -> int:
             managed = args.live + seeded + 1
             rows.append((managed, seeded + 1, figures))
             print(f"  managed {managed}: {figures}", flush=True)
+        if args.profile:
+            import cProfile
+            import pstats
+
+            profiler = cProfile.Profile()
+            profiler.runcall(engine.reconcile)
+            pstats.Stats(profiler).sort_stats("cumulative").print_stats(25)
     finally:
         devstack.terminate()
         devstack.wait(timeout=60)

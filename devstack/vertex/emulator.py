@@ -307,10 +307,16 @@ class VertexEmulator:
             before = int(request.page_token)
         mask = _read_mask(request)
         with self.changed:
-            records = sorted(self._jobs.values(), key=lambda r: int(r.job_id), reverse=True)
-            selected = [r for r in records if (before is None or int(r.job_id) < before) and matches(r.job)]
-            page = selected[:page_size]
-            token = page[-1].job_id if len(selected) > page_size else ""
+            # Ids grow with creation, and the dict keeps creation order: newest first, no sort.
+            page: list[JobRecord] = []
+            more = False
+            for r in reversed(self._jobs.values()):
+                if (before is None or int(r.job_id) < before) and matches(r.job):
+                    if len(page) == page_size:
+                        more = True
+                        break
+                    page.append(r)
+            token = page[-1].job_id if more else ""
             return ListCustomJobsResponse(
                 custom_jobs=[_masked(r.job, mask) for r in page], next_page_token=token
             )

@@ -4,7 +4,9 @@ that no live job recorded cost no Get. Calls are counted at devstack's side (dev
 
 from __future__ import annotations
 
+import json
 import random
+import threading
 
 from google.cloud import aiplatform_v1
 
@@ -111,3 +113,73 @@ def test_hints_for_vertex_jobs_no_live_job_recorded_cost_no_get(devstack, bucket
     assert gets == [ours]
     engine.apply("hinted", CancelRequested())
     assert drive(engine, "hinted", terminal)["phase"] == "cancelled"
+
+
+def simulated_request(job_id: str, bucket: str) -> bytes:
+    """A job whose CustomJob runs simulated replicas until cancelled (no process at all)."""
+    pool = {
+        "machineSpec": {"machineType": "n1-standard-4"},
+        "replicaCount": 1,
+        "containerSpec": {
+            "imageUri": "us-docker.pkg.dev/demo/trainer:1",
+            "command": ["/nonexistent/simulated"],
+            "env": [{"name": "DEVSTACK_SIMULATED_RUN_SECONDS", "value": "forever"}],
+        },
+    }
+    body = {
+        "jobId": job_id,
+        "jobSpec": {"workerPoolSpecs": [pool], "scheduling": {"strategy": "SPOT"}},
+        "checkpoint": {"uri": f"gs://{bucket}/{job_id}"},
+    }
+    return json.dumps(body).encode()
+
+
+def test_hints_that_arrive_while_the_job_is_read_are_folded_into_one_more_read(devstack, bucket, make_engine):
+    engine = make_engine()
+    accept(engine, simulated_request("burst", bucket), {})
+    ours = drive(engine, "burst", lambda d: d["phase"] == "running")["attempts"][0]["vertexJob"]
+    entered, release = threading.Event(), threading.Event()
+    real_get = engine.vertex.get
+
+    def held_get(name):  # our adapter's method, held open so that hints pile up meanwhile
+        entered.set()
+        release.wait(30)
+        return real_get(name)
+
+    engine.vertex.get = held_get
+    devstack.vertex.calls.reset()
+    first = threading.Thread(target=engine.on_hint, args=(ours.rsplit("/", 1)[-1],))
+    first.start()
+    assert entered.wait(30)
+    for _ in range(5):
+        engine.on_hint(ours.rsplit("/", 1)[-1])  # returns at once: a read is under way
+    release.set()
+    first.join(30)
+
+    gets = [name for kind, name in devstack.vertex.calls.recent() if kind == "GetCustomJob"]
+    assert gets == [ours, ours]  # the read under way, and one more for the five that came meanwhile
+    engine.apply("burst", CancelRequested())
+    assert drive(engine, "burst", terminal)["phase"] == "cancelled"
+
+
+def test_checkpoint_probes_are_capped_per_pass_and_staggered_over_running_jobs(devstack, bucket, make_engine):
+    engine = make_engine(progress_probes_per_pass=1)
+    for job_id in ("probe-a", "probe-b"):
+        accept(engine, simulated_request(job_id, bucket), {})
+    for job_id in ("probe-a", "probe-b"):
+        drive(engine, job_id, lambda d: d["phase"] == "running")
+
+    probed = []
+    for _ in range(4):
+        devstack.gcs.calls.reset()
+        engine.reconcile()
+        listings = [
+            p for kind, p in devstack.gcs.calls.recent() if kind == "GET list" and f"/b/{bucket}/" in p
+        ]
+        probed.append([job for job in ("probe-a", "probe-b") if any(f"prefix={job}/" in p for p in listings)])
+
+    assert all(len(jobs) == 1 for jobs in probed), probed  # one checkpoint root a pass
+    assert {job for jobs in probed for job in jobs} == {"probe-a", "probe-b"}  # taking turns
+    for job_id in ("probe-a", "probe-b"):
+        engine.apply(job_id, CancelRequested())
+        assert drive(engine, job_id, terminal)["phase"] == "cancelled"
