@@ -172,10 +172,17 @@ class Settings(BaseSettings):
         "attempt's ending always reads its checkpoints. 0 = only at endings.",
     )
     metrics_sweep_seconds: float = Field(
-        600.0,
+        3600.0,
         gt=0,
-        description="Period of the full listing of jobs that recounts the jobs-by-phase gauges and the "
-        "goodput of finished jobs; between sweeps they change only when a job changes.",
+        description="Period of the sweep over every stored job (finished ones included) that recounts the "
+        "jobs-by-phase gauges and sets finished jobs' goodput; between sweeps the gauges change as jobs "
+        "change. The first sweep starts with the first reconcile pass.",
+    )
+    metrics_sweep_per_pass: int = Field(
+        200,
+        ge=1,
+        description="Documents a sweep reads per reconcile pass, so that it never makes one pass long "
+        "(10,000 jobs: 50 passes).",
     )
 
     # Serving.

@@ -26,12 +26,13 @@ even before the job's request has arrived). The engine applies it whenever it to
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -141,6 +142,10 @@ class Engine:
         # job id -> phase, kept as jobs change; a full sweep every metrics_sweep_seconds.
         self._phases: dict[str, str] = {}
         self._next_metrics_sweep = 0.0
+        # The sweep under way: the rest of its listing, what it found, and jobs changed meanwhile.
+        self._sweep: Iterator[Any] | None = None
+        self._swept: dict[str, str] = {}
+        self._changed_during_sweep: set[str] = set()
 
     def remember_request(self, request: JobRequest) -> None:
         """The intake hands over a request it just stored, saving a parse on the first submit."""
@@ -607,24 +612,22 @@ class Engine:
         if self.metrics is None:
             return
         self._phases[state.job_id] = state.phase.value
+        if self._sweep is not None:
+            self._changed_during_sweep.add(state.job_id)
         ratio = goodput.compute(document, now).ratio
         if ratio is not None:
             self.metrics.set_goodput(state.job_id, ratio)
 
     def _export_job_states(self, live_records: list[Any]) -> None:
         """Gauges: the live jobs' goodput (it grows while they run) and the jobs-by-phase counts,
-        kept by `_job_changed`; every `metrics_sweep_seconds` one full listing recounts them
-        (and sets finished jobs' goodput), which also drops jobs deleted by retention."""
+        kept by `_job_changed` as jobs change. Finished jobs are counted by a sweep over the whole
+        store that reads at most `metrics_sweep_per_pass` documents a pass, once every
+        `metrics_sweep_seconds` (and at start): the only reads of finished jobs a pass makes,
+        bounded, and it drops jobs that retention deleted from the counts."""
         if self.metrics is None:
             return
         now = self.clock()
-        if now >= self._next_metrics_sweep:
-            self._next_metrics_sweep = now + self.settings.metrics_sweep_seconds
-            self._phases = {}
-            records: Any = self.store.list(JOBS_PREFIX)
-        else:
-            records = live_records
-        for record in records:
+        for record in live_records:
             state = record.document["state"]
             known = self._phases.setdefault(state["job_id"], state["phase"])
             if known != state["phase"]:
@@ -632,10 +635,33 @@ class Engine:
             ratio = goodput.compute(record.document, now).ratio
             if ratio is not None:
                 self.metrics.set_goodput(state["job_id"], ratio)
+        self._advance_sweep(now)
         counts: dict[str, int] = {phase.value: 0 for phase in Phase}
         for phase in self._phases.values():
             counts[phase] = counts.get(phase, 0) + 1
         self.metrics.set_job_states(counts)
+
+    def _advance_sweep(self, now: float) -> None:
+        if self._sweep is None:
+            if now < self._next_metrics_sweep:
+                return
+            self._sweep = iter(self.store.list(JOBS_PREFIX))
+            self._swept, self._changed_during_sweep = {}, set()
+        budget = self.settings.metrics_sweep_per_pass
+        for record in itertools.islice(self._sweep, budget):
+            budget -= 1
+            state = record.document["state"]
+            self._swept[state["job_id"]] = state["phase"]
+            self._phases.setdefault(state["job_id"], state["phase"])  # counts fill in as it goes
+            ratio = goodput.compute(record.document, now).ratio
+            if ratio is not None and state["job_id"] not in self._changed_during_sweep:
+                self.metrics.set_goodput(state["job_id"], ratio)
+        if budget > 0:  # the listing ran out: the sweep is complete
+            for job_id in self._changed_during_sweep:
+                if job_id in self._phases:
+                    self._swept[job_id] = self._phases[job_id]
+            self._phases, self._sweep = self._swept, None
+            self._next_metrics_sweep = now + self.settings.metrics_sweep_seconds
 
 
 def _crash_point(name: str) -> None:
