@@ -158,7 +158,41 @@ class Settings(BaseSettings):
 
     # Quotas (Vertex defaults per project and region).
     creates_per_minute: int = Field(60, ge=1, description="CustomJob creations allowed per minute.")
-    reads_per_minute: int = Field(600, ge=1, description="Get/List/Cancel calls allowed per minute.")
+    reads_per_minute: int = Field(
+        300,
+        ge=1,
+        description="Vertex Get/List/Cancel calls this controller allows itself per minute. Vertex's quota "
+        "is 600 resource-management requests per minute per project and region, shared with every other "
+        "Vertex user of the project (FIELD-NOTES.md, Vertex quotas; Google's 'Vertex AI quotas and limits' "
+        "page); the default leaves half of it to them. A reconcile pass costs one List call per 1,000 live "
+        "CustomJobs plus one Get per live job whose CustomJob ended or vanished.",
+    )
+    hint_ignore_unknown: bool = Field(
+        True,
+        description="Read (GetCustomJob) only the Vertex jobs that the events sink reports and that a live "
+        "Relaunch job recorded; the sink delivers every Vertex job of the project and a log entry carries "
+        "no labels. Jobs not yet recorded are found by the reconcile pass.",
+    )
+    progress_probes_per_pass: int = Field(
+        50,
+        ge=0,
+        description="At most this many running jobs have their checkpoint root listed per reconcile pass, "
+        "least recently probed first, so probing scales with the pass instead of with every live job. An "
+        "attempt's ending always reads its checkpoints. 0 = only at endings.",
+    )
+    metrics_sweep_seconds: float = Field(
+        3600.0,
+        gt=0,
+        description="Period of the sweep over every stored job (finished ones included) that recounts the "
+        "jobs-by-phase gauges and sets finished jobs' goodput; between sweeps the gauges change as jobs "
+        "change. The first sweep starts with the first reconcile pass.",
+    )
+    metrics_sweep_per_pass: int = Field(
+        200,
+        ge=1,
+        description="Documents a sweep reads per reconcile pass, so that it never makes one pass long "
+        "(10,000 jobs: 50 passes).",
+    )
 
     # Serving.
     port: int = Field(

@@ -23,11 +23,13 @@ import grpc
 from google.api_core import exceptions as gexc
 from google.cloud import aiplatform_v1
 from google.cloud.aiplatform_v1.services.job_service.transports import JobServiceGrpcTransport
+from google.protobuf import field_mask_pb2
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
 
 from controller import logs
 from controller.adapters.ratelimit import RateLimiter
 from controller.core import events as ev
+from controller.core.model import VERTEX_TERMINAL
 from controller.request.labels import ATTEMPT_LABEL, JOB_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE, labels_for
 from controller.settings import Settings
 from trainer import layout
@@ -146,6 +148,21 @@ def label_filter(labels: dict[str, str]) -> str:
     return " AND ".join(f'labels.{key}="{value}"' for key, value in labels.items())
 
 
+# What a reconcile pass reads of a live CustomJob: its identity, labels, state, times and error
+# (`job_spec`, the bulk of a CustomJob, is not needed while the job runs).
+LIVE_READ_MASK = ("name", "state", "labels", "create_time", "start_time", "end_time", "update_time", "error")
+# Pages as large as Vertex gives (its maximum is unknown: a smaller page just means more pages).
+LIVE_PAGE_SIZE = 1000
+
+
+def live_filter(labels: dict[str, str]) -> str:
+    """`labels...` AND every terminal state excluded: "state supports = and !=" in
+    ListCustomJobsRequest.filter [aiplatform_v1 reference]. Exclusion, not a list of live states,
+    so a state Vertex adds later is listed rather than missed."""
+    states = " AND ".join(f'state!="JOB_STATE_{name}"' for name in sorted(VERTEX_TERMINAL))
+    return f"{label_filter(labels)} AND {states}"
+
+
 def make_client(settings: Settings) -> aiplatform_v1.JobServiceClient:
     if settings.vertex_endpoint:
         # A passed channel skips credential lookup: right for the plaintext devstack server.
@@ -175,6 +192,7 @@ class VertexBackend:
         self._on_api_error = on_api_error or (lambda api, code: None)
         self._retry_attempts = retry_attempts
         self._retry_max_wait = retry_max_wait
+        self._live_listing_refused = False
 
     # --- plumbing -----------------------------------------------------------------------
     def _retrying(self, retry_on: tuple[type[Exception], ...]) -> Retrying:
@@ -211,15 +229,24 @@ class VertexBackend:
         except gexc.NotFound:
             return None
 
-    def list_jobs(self, filter_: str) -> Iterator[aiplatform_v1.CustomJob]:
-        request = aiplatform_v1.ListCustomJobsRequest(parent=self.parent, filter=filter_, page_size=100)
+    def list_jobs(
+        self, filter_: str, *, read_mask: tuple[str, ...] = (), page_size: int = 100
+    ) -> Iterator[aiplatform_v1.CustomJob]:
+        def request(token: str = "") -> aiplatform_v1.ListCustomJobsRequest:
+            built = aiplatform_v1.ListCustomJobsRequest(
+                parent=self.parent, filter=filter_, page_size=page_size, page_token=token
+            )
+            if read_mask:
+                built.read_mask = field_mask_pb2.FieldMask(paths=list(read_mask))
+            return built
+
+        page = self._call("ListCustomJobs", functools.partial(self._list_page, request()))
         while True:
-            page = self._call("ListCustomJobs", functools.partial(self._list_page, request))
             yield from page.custom_jobs
             if not page.next_page_token:
                 return
-            request = aiplatform_v1.ListCustomJobsRequest(
-                parent=self.parent, filter=filter_, page_size=100, page_token=page.next_page_token
+            page = self._call(
+                "ListCustomJobs", functools.partial(self._list_page, request(page.next_page_token))
             )
 
     def _list_page(self, request: aiplatform_v1.ListCustomJobsRequest) -> Any:
@@ -230,6 +257,24 @@ class VertexBackend:
 
     def list_managed(self) -> Iterator[aiplatform_v1.CustomJob]:
         return self.list_jobs(label_filter({MANAGED_BY_LABEL: MANAGED_BY_VALUE}))
+
+    def list_live_managed(self) -> list[aiplatform_v1.CustomJob]:
+        """Our CustomJobs that have not ended, with only the fields a pass reads: one List call
+        per page of live jobs, however many finished ones the project keeps. Should Vertex refuse
+        the state filter or the mask (INVALID_ARGUMENT), every managed job is listed whole
+        instead, from then on, and the refusal is logged once."""
+        managed = {MANAGED_BY_LABEL: MANAGED_BY_VALUE}
+        if not self._live_listing_refused:
+            try:
+                return list(
+                    self.list_jobs(live_filter(managed), read_mask=LIVE_READ_MASK, page_size=LIVE_PAGE_SIZE)
+                )
+            except gexc.InvalidArgument as error:
+                self._live_listing_refused = True
+                log.warning(
+                    "vertex refused the live-jobs listing; listing every managed job", error=str(error)
+                )
+        return list(self.list_jobs(label_filter(managed), page_size=LIVE_PAGE_SIZE))
 
     def find_attempt(self, job_id: str, attempt: int) -> list[aiplatform_v1.CustomJob]:
         filter_ = label_filter(labels_for(job_id, attempt))

@@ -6,8 +6,11 @@ out the actions. Actions report back as new events, which go through the same lo
 
 Everything that reaches the controller ends up here (requests first pass `service.intake`):
   - `apply(job_id, event)`: one event for one job, e.g. a cancel recorded by the intake;
-  - `on_hint(vertex_job_id)`: a Vertex job-state log entry; the job is then read with Get;
-  - `reconcile()`: the periodic list-by-label pass plus a timer tick for every live job;
+  - `on_hint(vertex_job_id)`: a Vertex job-state log entry; the job is then read with Get, if a
+    live job recorded it, and hints for one Vertex job that arrive while it is being read are
+    coalesced into one more read;
+  - `reconcile()`: the periodic pass: our *live* CustomJobs listed (state filter, read mask), the
+    store's *live* jobs (its live index) each ticked; finished jobs cost nothing;
   - `fire_due_timers()`: backoff wake-ups.
 
 Leadership: every side effect (CreateCustomJob, CancelCustomJob, a paging alert) first asks
@@ -23,12 +26,13 @@ even before the job's request has arrived). The engine applies it whenever it to
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -133,6 +137,21 @@ class Engine:
         # which the whole store was last searched for such jobs (once per leadership).
         self._undelivered: set[str] = set()
         self._outbox_swept_for: int | None = None
+        # Vertex job ids that live jobs recorded; None until the first pass has built it (until
+        # then every hint is read). Hints for other ids are dropped before any Get.
+        self._known_vertex_ids: set[str] | None = None
+        self._vertex_ids_added: set[str] = set()  # recorded while a pass rebuilds the known ids
+        # Vertex job id -> whether another hint came while it was being read (coalescing).
+        self._hints_in_flight: dict[str, bool] = {}
+        self._hints_guard = threading.Lock()
+        self._probed_at: dict[str, float] = {}  # job id -> when its checkpoint root was last listed
+        # job id -> phase, kept as jobs change; a full sweep every metrics_sweep_seconds.
+        self._phases: dict[str, str] = {}
+        self._next_metrics_sweep = 0.0
+        # The sweep under way: the rest of its listing, what it found, and jobs changed meanwhile.
+        self._sweep: Iterator[Any] | None = None
+        self._swept: dict[str, str] = {}
+        self._changed_during_sweep: set[str] = set()
 
     def remember_request(self, request: JobRequest) -> None:
         """The intake hands over a request it just stored, saving a parse on the first submit."""
@@ -140,11 +159,33 @@ class Engine:
 
     # ==== observations =====================================================================
     def on_hint(self, vertex_job_id: str) -> None:
-        """A log entry said something happened to this Vertex job: read its real state."""
-        name = f"{self.vertex.parent}/customJobs/{vertex_job_id}"
-        job = self.vertex.get(name)
-        if job is not None:
-            self.observe(job)
+        """A log entry said something happened to this Vertex job: read its real state.
+
+        The events sink carries every Vertex job of the project and no labels, so a hint is read
+        only for a job a live Relaunch job recorded (others cost nothing; the reconcile pass finds
+        one not recorded yet). While one read of a job is under way, further hints for it are
+        folded into a single read after it, so a burst of transitions costs two Gets, not one
+        each, and the last state is still read."""
+        known = self._known_vertex_ids
+        if self.settings.hint_ignore_unknown and known is not None and vertex_job_id not in known:
+            return
+        with self._hints_guard:
+            if vertex_job_id in self._hints_in_flight:
+                self._hints_in_flight[vertex_job_id] = True
+                return
+            self._hints_in_flight[vertex_job_id] = False
+        try:
+            while True:
+                job = self.vertex.get(f"{self.vertex.parent}/customJobs/{vertex_job_id}")
+                if job is not None:
+                    self.observe(job)
+                with self._hints_guard:
+                    if not self._hints_in_flight[vertex_job_id]:
+                        return
+                    self._hints_in_flight[vertex_job_id] = False
+        finally:
+            with self._hints_guard:
+                self._hints_in_flight.pop(vertex_job_id, None)
 
     def observe(self, job: aiplatform_v1.CustomJob) -> None:
         """Feed one authoritative CustomJob to its Relaunch job, if it is one of ours."""
@@ -236,7 +277,13 @@ class Engine:
         raise Deposed(reason)
 
     def reconcile(self) -> None:
-        """Level-triggered pass: list our Vertex jobs, feed what is seen, tick every live job.
+        """Level-triggered pass: list our live Vertex jobs, feed what is seen, tick every live job.
+
+        Its cost follows live work: Vertex lists only CustomJobs that have not ended (and only the
+        fields read here), the store lists only jobs that have not ended (its live index), and
+        the checkpoint roots of at most `progress_probes_per_pass` running jobs are listed. A
+        finished job whose CustomJob still runs is listed by Vertex and so still converges; a
+        live job whose CustomJob is not listed any more is read with Get (it ended or vanished).
 
         A pass that hit errors counts toward `controller_degraded`; a clean one resolves it."""
         if not self.is_leader():
@@ -244,7 +291,7 @@ class Engine:
         errors: list[str] = []
         seen: set[str] = set()
         try:
-            listed = list(self.vertex.list_managed())
+            listed = self.vertex.list_live_managed()
         except Exception as error:
             self.health.pass_failed([f"listing Vertex jobs: {error}"])
             raise
@@ -257,6 +304,7 @@ class Engine:
             except Exception as error:
                 errors.append(f"{job.name}: {error}")
                 log.exception("reconcile: observing a job failed", vertex_job=job.name)
+        self._vertex_ids_added = set()
         try:
             self._send_pending_alerts()
         except Deposed:
@@ -264,8 +312,11 @@ class Engine:
         except Exception as error:
             errors.append(f"sending alerts left in outboxes: {error}")
             log.exception("reconcile: sending alerts left in outboxes failed")
-        live = self.live_states()
+        records = list(self.store.list_live(JOBS_PREFIX))
+        live = [s for s in (JobState.from_dict(r.document["state"]) for r in records) if not s.phase.terminal]
+        self._remember_vertex_ids(live)
         cancelled = {r.key[len(CANCELS_PREFIX) :] for r in self.store.list(CANCELS_PREFIX)}
+        to_probe = self._due_for_probe(live)
         for state in sorted(live, key=lambda s: s.current.intent_at if s.current else s.created_at):
             try:
                 if state.job_id in cancelled and not state.cancel_requested:
@@ -274,13 +325,14 @@ class Engine:
                         continue
                 current = state.current
                 if current and current.vertex_name and not current.ended and current.vertex_name not in seen:
-                    # Listed moments ago and not there: confirm with Get before believing it.
+                    # Not among the live CustomJobs listed moments ago: it ended, or is missing
+                    # (or the listing lagged behind a create). Get says which.
                     job = self.vertex.get(current.vertex_name)
                     if job is None:
                         self.apply(state.job_id, ev.VertexJobMissing(current.number, current.vertex_name))
                     else:
                         self.observe(job)
-                elif current and not current.ended and current.vertex_name:
+                elif state.job_id in to_probe:
                     self._probe_progress(state)
                 self.apply(state.job_id, ev.TimerFired())
             except Deposed:
@@ -297,7 +349,7 @@ class Engine:
         except Exception as error:
             errors.append(f"checkpoint interval ledger: {error}")
             log.exception("reconcile: catching up the checkpoint interval ledger failed")
-        self._export_job_states()
+        self._export_job_states(records)
         if errors:
             self.health.pass_failed(errors)
         else:
@@ -332,6 +384,29 @@ class Engine:
                     )
                     self.apply(job_id, ev.AlertDelivered(alert.outbox_id))
                 self._undelivered.discard(job_id)
+
+    def _remember_vertex_ids(self, live: list[JobState]) -> None:
+        """The Vertex job ids hints are read for: every attempt of every live job, plus those
+        recorded while the pass listed the store (its snapshot may predate them)."""
+        self._known_vertex_ids = {
+            attempt.vertex_name.rsplit("/", 1)[-1]
+            for state in live
+            for attempt in state.attempts
+            if attempt.vertex_name
+        } | self._vertex_ids_added
+
+    def _due_for_probe(self, live: list[JobState]) -> set[str]:
+        """The running jobs whose checkpoint root this pass lists: the least recently probed,
+        at most `progress_probes_per_pass`, so each is probed once per ceil(running / cap) passes."""
+        running = [s.job_id for s in live if s.phase is Phase.RUNNING and s.current and not s.current.ended]
+        running.sort(key=lambda job_id: self._probed_at.get(job_id, 0.0))
+        due = set(running[: self.settings.progress_probes_per_pass])
+        now = self.clock()
+        for job_id in due:
+            self._probed_at[job_id] = now
+        for job_id in [j for j in self._probed_at if j not in set(running)]:
+            del self._probed_at[job_id]  # not running any more: forget, so the map stays small
+        return due
 
     def _probe_progress(self, state: JobState) -> None:
         request = self._request(state.job_id)
@@ -412,6 +487,7 @@ class Engine:
             except VersionConflict:
                 continue  # someone else wrote in between: decide again on the fresh state
             self._after_transition(state, decision.state, now)
+            self._job_changed(document, decision.state, now)
             self._resolve_alerts(state, decision.state)
             return state, decision.state, decision.actions
         raise RuntimeError(f"{job_id}: state kept changing under us; giving up this event")
@@ -526,8 +602,9 @@ class Engine:
 
     # ==== views ============================================================================
     def live_states(self) -> list[JobState]:
+        """Every job not finished, from the store's live index (finished jobs are not read)."""
         states = []
-        for record in self.store.list(JOBS_PREFIX):
+        for record in self.store.list_live(JOBS_PREFIX):
             state = JobState.from_dict(record.document["state"])
             if not state.phase.terminal:
                 states.append(state)
@@ -623,17 +700,68 @@ class Engine:
                 attempt=current.number,
             )
 
-    def _export_job_states(self) -> None:
+    def _job_changed(self, document: dict[str, Any], state: JobState, now: float) -> None:
+        """Keep what is derived per job current as the job changes, rather than recomputing it
+        for every job on every pass: the Vertex ids hints are read for, the phase counts and
+        the job's goodput gauge."""
+        if state.current and state.current.vertex_name:
+            vertex_id = state.current.vertex_name.rsplit("/", 1)[-1]
+            self._vertex_ids_added.add(vertex_id)
+            if self._known_vertex_ids is not None:
+                self._known_vertex_ids.add(vertex_id)
         if self.metrics is None:
             return
-        counts: dict[str, int] = {phase.value: 0 for phase in Phase}
+        self._phases[state.job_id] = state.phase.value
+        if self._sweep is not None:
+            self._changed_during_sweep.add(state.job_id)
+        ratio = goodput.compute(document, now).ratio
+        if ratio is not None:
+            self.metrics.set_goodput(state.job_id, ratio)
+
+    def _export_job_states(self, live_records: list[Any]) -> None:
+        """Gauges: the live jobs' goodput (it grows while they run) and the jobs-by-phase counts,
+        kept by `_job_changed` as jobs change. Finished jobs are counted by a sweep over the whole
+        store that reads at most `metrics_sweep_per_pass` documents a pass, once every
+        `metrics_sweep_seconds` (and at start): the only reads of finished jobs a pass makes,
+        bounded, and it drops jobs that retention deleted from the counts."""
+        if self.metrics is None:
+            return
         now = self.clock()
-        for record in self.store.list(JOBS_PREFIX):
-            counts[record.document["state"]["phase"]] += 1
+        for record in live_records:
+            state = record.document["state"]
+            known = self._phases.setdefault(state["job_id"], state["phase"])
+            if known != state["phase"]:
+                continue  # changed during this pass: `_job_changed` saw the newer document
             ratio = goodput.compute(record.document, now).ratio
             if ratio is not None:
-                self.metrics.set_goodput(record.document["state"]["job_id"], ratio)
+                self.metrics.set_goodput(state["job_id"], ratio)
+        self._advance_sweep(now)
+        counts: dict[str, int] = {phase.value: 0 for phase in Phase}
+        for phase in self._phases.values():
+            counts[phase] = counts.get(phase, 0) + 1
         self.metrics.set_job_states(counts)
+
+    def _advance_sweep(self, now: float) -> None:
+        if self._sweep is None:
+            if now < self._next_metrics_sweep:
+                return
+            self._sweep = iter(self.store.list(JOBS_PREFIX))
+            self._swept, self._changed_during_sweep = {}, set()
+        budget = self.settings.metrics_sweep_per_pass
+        for record in itertools.islice(self._sweep, budget):
+            budget -= 1
+            state = record.document["state"]
+            self._swept[state["job_id"]] = state["phase"]
+            self._phases.setdefault(state["job_id"], state["phase"])  # counts fill in as it goes
+            ratio = goodput.compute(record.document, now).ratio
+            if ratio is not None and state["job_id"] not in self._changed_during_sweep:
+                self.metrics.set_goodput(state["job_id"], ratio)
+        if budget > 0:  # the listing ran out: the sweep is complete
+            for job_id in self._changed_during_sweep:
+                if job_id in self._phases:
+                    self._swept[job_id] = self._phases[job_id]
+            self._phases, self._sweep = self._swept, None
+            self._next_metrics_sweep = now + self.settings.metrics_sweep_seconds
 
 
 def _crash_point(name: str) -> None:

@@ -12,6 +12,14 @@ fenced write below the floor is refused, creates included, even on documents the
 not touched yet. Fence 0 means "unfenced": the intake's create-only records (any instance may
 write them, leader or not) carry it; a `put` with fence 0 is still held to the floor.
 
+The live index: every store classifies each document as it writes it, with a liveness function
+(default `keys.is_live`: a job not yet in a terminal phase), and stores the answer *with* the
+document, in the same atomic write (a column of the same row, custom metadata of the same GCS
+object). `list_live` returns only the documents whose last write was live, so a reconcile pass
+reads no finished job, and no crash can leave a live document out of the index: there is no
+second write to miss. Documents written before the index existed carry no answer; they are
+classified when read (derived on read), so an old store needs no migration step.
+
 Implementations: `sqlite.SqliteStateStore` (embedded, the default) and `gcs.GcsStateStore`
 (production). `tests/store/contract.py` holds the tests every implementation must pass.
 """
@@ -19,7 +27,7 @@ Implementations: `sqlite.SqliteStateStore` (embedded, the default) and `gcs.GcsS
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -40,6 +48,10 @@ class VersionConflict(StoreError):
 
 class Fenced(StoreError):
     """A writer with a newer fence token has written this document: stop acting."""
+
+
+# (key, document) -> whether the document belongs to the live index.
+Liveness = Callable[[str, dict[str, Any]], bool]
 
 
 @dataclass(frozen=True)
@@ -80,6 +92,10 @@ class StateStore(Protocol):
 
     def list(self, prefix: str = "") -> Iterator[Versioned]:
         """All documents whose key starts with `prefix`, in key order."""
+
+    def list_live(self, prefix: str = "") -> Iterator[Versioned]:
+        """The documents under `prefix` that the store's liveness function called live when they
+        were last written, in key order; never a document that was not live at its last write."""
 
     def delete(self, key: str, *, expected_version: int) -> None:
         """Remove the document if its version is still `expected_version`."""

@@ -9,6 +9,17 @@ Every write is an upload with `ifGenerationMatch` set to the generation whose en
 read and checked (version and fence), or 0 for create. GCS refuses it with 412 if anyone wrote
 in between, so read-check-write acts as one compare-and-set and the counter cannot fork.
 
+Listing without a GET per object: each upload also sets custom metadata on the same object (so
+in the same atomic write): `relaunch-live` ("1"/"0", the live index of base.py) and, when the
+envelope is small enough, the envelope itself (`relaunch-envelope`). `list` and `list_live` page
+through objects.list (up to 1,000 objects per call) asking only for names, generations and
+metadata, and GET an object only when its envelope was not embedded. Live documents are embedded
+up to EMBED_LIMIT bytes (custom metadata is limited to 8 KiB per object, [GCS docs: "Object
+metadata", custom metadata limits]); finished documents only when tiny, so the listing a reconcile
+pass makes stays small however much history the bucket holds (the pass skips them by their
+`relaunch-live` flag, reading nothing else of them). Objects written before this carry no flag:
+they are read and classified on read.
+
 The fence floor is one more object, `{prefix}/fence-floor` (no `.json`, so it is never listed as
 a key), holding `{"fence": N}`; fenced writes read it first. GCS has no transaction across two
 objects, so a write that read the floor just before a new leader raised it can still land: the
@@ -30,15 +41,25 @@ from controller.adapters import gcs as gcs_client
 from controller.store.base import (
     AlreadyExists,
     Fenced,
+    Liveness,
     StoreError,
     VersionConflict,
     Versioned,
     check_key,
 )
+from controller.store.keys import is_live
 
 ENVELOPE_FORMAT = "relaunch-state/v1"
 _SUFFIX = ".json"
 FENCE_FLOOR_NAME = "fence-floor"
+LIVE_KEY = "relaunch-live"
+ENVELOPE_KEY = "relaunch-envelope"
+# Custom metadata holds at most 8 KiB per object; the write id and the flag need a little of it.
+EMBED_LIMIT = 6000
+# Finished documents are embedded only when this small (cancels, claims, rejections).
+EMBED_FINISHED_LIMIT = 1024
+LIST_PAGE_SIZE = 1000  # the most objects.list returns per call
+_LIST_FIELDS = "items(name,generation,metadata),nextPageToken"
 _log = logs.get("relaunch.store.gcs")
 
 
@@ -52,8 +73,15 @@ class _Stored:
 
 class GcsStateStore:
     def __init__(
-        self, bucket: str, prefix: str, client=None, *, timeout: float = gcs_client.CALL_TIMEOUT_SECONDS
+        self,
+        bucket: str,
+        prefix: str,
+        client=None,
+        *,
+        timeout: float = gcs_client.CALL_TIMEOUT_SECONDS,
+        liveness: Liveness = is_live,
     ):
+        self._liveness = liveness
         if not bucket:
             raise ValueError("GcsStateStore needs a bucket name")
         self._client = client or gcs_client.make_client()
@@ -90,39 +118,85 @@ class GcsStateStore:
             )
         except (gexc.NotFound, gexc.PreconditionFailed):
             return None
+        # The download's headers carry the generation of these bytes.
+        return self._parse(name, body, int(blob.generation))
+
+    def _parse(self, name: str, body: bytes, generation: int) -> _Stored:
         try:
             envelope = json.loads(body)
             if envelope.get("format") != ENVELOPE_FORMAT:
                 raise ValueError(f"format is {envelope.get('format')!r}")
-            stored = _Stored(
-                dict(envelope["document"]),
-                int(envelope["version"]),
-                int(envelope["fence"]),
-                # The download's headers carry the generation of these bytes.
-                int(blob.generation),
+            return _Stored(
+                dict(envelope["document"]), int(envelope["version"]), int(envelope["fence"]), generation
             )
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise StoreError(f"gs://{self._bucket.name}/{name} is not a state document: {exc}") from exc
-        return stored
 
     def get(self, key: str) -> Versioned | None:
         stored = self._read(self._object_name(key))
         return None if stored is None else Versioned(key, stored.document, stored.version)
 
     def list(self, prefix: str = "") -> Iterator[Versioned]:
+        return self._listed(prefix, live_only=False)
+
+    def list_live(self, prefix: str = "") -> Iterator[Versioned]:
+        return self._listed(prefix, live_only=True)
+
+    def _listed(self, prefix: str, *, live_only: bool) -> Iterator[Versioned]:
         list_prefix = f"{self._prefix}/{prefix}" if self._prefix else prefix
-        blobs = gcs_client.call(
-            lambda: list(
-                self._client.list_blobs(self._bucket, prefix=list_prefix, timeout=self._timeout, retry=None)
-            ),
-            what=f"list {list_prefix}",
-        )
-        keyed = sorted((key, blob) for blob in blobs if (key := self._key_of(blob.name)) is not None)
-        for key, blob in keyed:
-            # Fetch the generation the listing saw; if it moved on, read whatever is live now.
-            stored = self._read(blob.name, generation=blob.generation) or self._read(blob.name)
-            if stored is not None:  # None: deleted since the listing, it is simply gone
-                yield Versioned(key, stored.document, stored.version)
+        # Key order differs from object-name order ("a-b.json" < "a.json"), so the (small)
+        # listing entries are gathered before any document is read.
+        listed = []
+        for blob in self._list_pages(list_prefix):
+            key = self._key_of(blob.name)
+            if key is None:
+                continue
+            if live_only and (blob.metadata or {}).get(LIVE_KEY) == "0":
+                continue  # finished when last written: nothing of it is read
+            listed.append((key, blob))
+        for key, blob in sorted(listed, key=lambda entry: entry[0]):
+            metadata = blob.metadata or {}
+            stored = self._embedded(blob.name, metadata, int(blob.generation))
+            if stored is None:
+                # Fetch the generation the listing saw; if it moved on, read whatever is live now.
+                stored = self._read(blob.name, generation=blob.generation) or self._read(blob.name)
+            if stored is None:  # deleted since the listing, it is simply gone
+                continue
+            if live_only and LIVE_KEY not in metadata and not self._liveness(key, stored.document):
+                continue  # written before the flag existed: classified on read
+            yield Versioned(key, stored.document, stored.version)
+
+    def _list_pages(self, list_prefix: str) -> Iterator[Any]:
+        """Every object under the prefix, one objects.list call per page (each retried on its own)."""
+        token: str | None = None
+        while True:
+
+            def page(token: str | None = token) -> tuple[list[Any], str | None]:
+                iterator = self._client.list_blobs(
+                    self._bucket,
+                    prefix=list_prefix,
+                    page_size=LIST_PAGE_SIZE,
+                    page_token=token,
+                    fields=_LIST_FIELDS,
+                    timeout=self._timeout,
+                    retry=None,
+                )
+                first = next(iterator.pages)
+                return list(first), iterator.next_page_token
+
+            blobs, token = gcs_client.call(page, what=f"list {list_prefix}")
+            yield from blobs
+            if not token:
+                return
+
+    def _embedded(self, name: str, metadata: dict[str, str], generation: int) -> _Stored | None:
+        raw = metadata.get(ENVELOPE_KEY)
+        if raw is None:
+            return None
+        try:
+            return self._parse(name, raw.encode(), generation)
+        except StoreError:
+            return None  # read the object itself instead
 
     # -- the fence floor -----------------------------------------------------------------
 
@@ -171,10 +245,16 @@ class GcsStateStore:
         self, name: str, document: dict[str, Any], *, version: int, fence: int, if_generation_match: int
     ) -> None:
         envelope = {"format": ENVELOPE_FORMAT, "version": version, "fence": fence, "document": document}
+        body = json.dumps(envelope, sort_keys=True)
+        live = self._liveness(self._key_of(name) or "", document)
+        metadata = {LIVE_KEY: "1" if live else "0"}
+        if len(body) <= (EMBED_LIMIT if live else EMBED_FINISHED_LIMIT):
+            metadata[ENVELOPE_KEY] = body
         gcs_client.conditional_upload(
             self._bucket.blob(name),
-            json.dumps(envelope, sort_keys=True).encode(),
+            body.encode(),
             if_generation_match=if_generation_match,
+            metadata=metadata,
             timeout=self._timeout,
         )
 

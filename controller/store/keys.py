@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+from typing import Any
+
+from controller.core.model import TERMINAL_PHASE_NAMES
 
 JOBS_PREFIX = "jobs/"
 REJECTED_PREFIX = "rejected/"
@@ -39,3 +42,14 @@ def checkpoint_root_key(segments: list[str]) -> str:
 
 def cancel_key(job_id: str) -> str:
     return f"{CANCELS_PREFIX}{job_id}"
+
+
+def is_live(key: str, document: dict[str, Any]) -> bool:
+    """Whether a document belongs to the store's live index (`StateStore.list_live`): a job that
+    has not reached a terminal phase. A job document whose phase cannot be read counts as live,
+    so that nothing unreadable ever drops out of the reconcile pass."""
+    if not key.startswith(JOBS_PREFIX):
+        return False
+    state = document.get("state")
+    phase = state.get("phase") if isinstance(state, dict) else None
+    return phase not in TERMINAL_PHASE_NAMES

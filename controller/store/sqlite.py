@@ -1,5 +1,10 @@
 """The embedded state store: one SQLite file in WAL mode.
 
+The live index is a `live` column of each document's row, set by the same statement that writes
+the body (base.py); a partial index over the live rows makes `list_live` cost what the live
+documents cost, however many finished ones the file holds. A file from before the column is
+upgraded when opened: the column is added and filled from the bodies once.
+
 Each write is a single transaction with `synchronous=FULL`, so a record that `put` returned for is
 on disk and survives `kill -9` (and a power cut, as far as the file system keeps its promises).
 """
@@ -16,10 +21,12 @@ from typing import Any
 from controller.store.base import (
     AlreadyExists,
     Fenced,
+    Liveness,
     VersionConflict,
     Versioned,
     check_key,
 )
+from controller.store.keys import is_live
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS documents (
@@ -36,8 +43,9 @@ CREATE TABLE IF NOT EXISTS fence_floor (
 
 
 class SqliteStateStore:
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, *, liveness: Liveness = is_live):
         self.path = str(path)
+        self._liveness = liveness
         if self.path != ":memory:":
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         # One connection guarded by a lock: the controller's writes are few and small.
@@ -47,6 +55,21 @@ class SqliteStateStore:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
             self._db.executescript(_SCHEMA)
+            self._add_live_index()
+
+    def _add_live_index(self) -> None:
+        columns = {row[1] for row in self._db.execute("PRAGMA table_info(documents)")}
+        if "live" not in columns:
+            self._db.execute("ALTER TABLE documents ADD COLUMN live INTEGER")
+        unclassified = self._db.execute("SELECT key, body FROM documents WHERE live IS NULL").fetchall()
+        if unclassified:
+            self._db.execute("BEGIN IMMEDIATE")
+            self._db.executemany(
+                "UPDATE documents SET live = ? WHERE key = ?",
+                [(int(self._liveness(key, json.loads(body))), key) for key, body in unclassified],
+            )
+            self._db.execute("COMMIT")
+        self._db.execute("CREATE INDEX IF NOT EXISTS documents_live ON documents (key) WHERE live = 1")
 
     def close(self) -> None:
         with self._lock:
@@ -67,8 +90,8 @@ class SqliteStateStore:
                 if fence > 0:
                     self._check_floor(key, fence)
                 self._db.execute(
-                    "INSERT INTO documents (key, body, version, fence) VALUES (?, ?, 1, ?)",
-                    (key, body, fence),
+                    "INSERT INTO documents (key, body, version, fence, live) VALUES (?, ?, 1, ?, ?)",
+                    (key, body, fence, int(self._liveness(key, document))),
                 )
                 self._db.execute("COMMIT")
             except sqlite3.IntegrityError:
@@ -110,8 +133,8 @@ class SqliteStateStore:
                     raise Fenced(f"{key}: written under fence {row[1]}, this writer has {fence}")
                 self._check_floor(key, fence)
                 self._db.execute(
-                    "UPDATE documents SET body = ?, version = ?, fence = ? WHERE key = ?",
-                    (body, expected_version + 1, fence, key),
+                    "UPDATE documents SET body = ?, version = ?, fence = ?, live = ? WHERE key = ?",
+                    (body, expected_version + 1, fence, int(self._liveness(key, document)), key),
                 )
                 self._db.execute("COMMIT")
             except BaseException:
@@ -120,10 +143,17 @@ class SqliteStateStore:
         return expected_version + 1
 
     def list(self, prefix: str = "") -> Iterator[Versioned]:
+        return self._select(prefix, "")
+
+    def list_live(self, prefix: str = "") -> Iterator[Versioned]:
+        return self._select(prefix, "live = 1 AND ")
+
+    def _select(self, prefix: str, condition: str) -> Iterator[Versioned]:
         escaped = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
         with self._lock:
             rows = self._db.execute(
-                "SELECT key, body, version FROM documents WHERE key LIKE ? ESCAPE '\\' ORDER BY key",
+                f"SELECT key, body, version FROM documents WHERE {condition}key LIKE ? ESCAPE '\\' "
+                "ORDER BY key",
                 (escaped + "%",),
             ).fetchall()
         for key, body, version in rows:

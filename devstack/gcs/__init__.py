@@ -25,12 +25,12 @@ Covered
   delete, answered with 412 conditionNotMet.
 - Concurrency: a threading server; each object's check-and-write runs under a per-object
   lock, so of two concurrent create-only writes exactly one wins.
-- Listing with prefix, delimiter (prefixes) and matchGlob.
+- Listing with prefix, delimiter (prefixes) and matchGlob, in pages of at most 1,000
+  (maxResults, pageToken, nextPageToken).
 - Persistence: with data_dir, objects and metadata survive a restart.
 
 NOT emulated
 - Object versioning / non-current generations, soft delete and restore (deletes are hard).
-- List pagination (maxResults / pageToken): every list is one page.
 - Preconditions on copy, rewrite and compose (those come from the library, unconditioned);
   object PUT (full update); resumable session cancel (DELETE); unfinished resumable sessions
   do not survive a restart.

@@ -143,3 +143,43 @@ def delete(request, response, backend):
         request.params["bucket_name"], request.params["object_id"], conditions, _generation_param(request)
     )
     response.status = HTTPStatus.NO_CONTENT
+
+
+LIST_MAX_RESULTS = 1000  # objects.list returns at most 1,000 items per page [JSON API objects.list]
+
+
+def list_objects(request, response, backend):
+    """objects.list with `maxResults` and `pageToken` [JSON API objects.list]: names in order,
+    at most 1,000 a page, `nextPageToken` while more remain. The token is the last name served
+    (opaque to clients). Prefixes (with a delimiter) all come on the first page."""
+    query = request.query
+
+    def one(name):
+        values = query.get(name)
+        return values[0] if values else None
+
+    try:
+        max_results = int(one("maxResults") or LIST_MAX_RESULTS)
+    except ValueError:
+        return replies.bad_request(response, "maxResults must be an integer")
+    if max_results <= 0:
+        max_results = LIST_MAX_RESULTS
+    max_results = min(max_results, LIST_MAX_RESULTS)
+    token = one("pageToken") or ""
+    soft_deleted = (one("softDeleted") or "").lower() in ("1", "true", "yes")
+    with backend.storage.lock:
+        files, prefixes = backend.storage.get_file_list(
+            request.params["bucket_name"],
+            one("prefix"),
+            one("delimiter"),
+            one("matchGlob"),
+            soft_deleted=soft_deleted,
+        )
+    files = sorted(files, key=lambda item: item["name"])
+    if token:
+        files = [item for item in files if item["name"] > token]
+    page = files[:max_results]
+    body = {"kind": "storage#objects", "items": page, "prefixes": [] if token else prefixes}
+    if len(files) > max_results:
+        body["nextPageToken"] = page[-1]["name"]
+    response.json(body)

@@ -14,6 +14,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 from google.cloud.aiplatform_v1 import CustomJob, JobState
 
@@ -30,7 +31,9 @@ _TERM = re.compile(
 )
 _AND = re.compile(r"AND\b")
 
-Predicate = Callable[[CustomJob], bool]
+# Predicates read the raw protobuf message (`CustomJob.pb(job)`): the proto-plus wrapper costs
+# microseconds per field read, which adds up over a listing of thousands of jobs.
+Predicate = Callable[[Any], bool]
 
 
 @dataclass(frozen=True)
@@ -100,10 +103,11 @@ def _state_predicate(term: _Term) -> Predicate:
         state = JobState[name]
     except KeyError as exc:
         raise FilterError(f"unknown job state {name!r}") from exc
+    number = int(state)
     if term.op == "=":
-        return lambda job: job.state == state
+        return lambda job: job.state == number
     if term.op == "!=":
-        return lambda job: job.state != state
+        return lambda job: job.state != number
     raise FilterError(f"operator {term.op!r} is not supported on state")
 
 
@@ -121,7 +125,7 @@ def _create_time_predicate(term: _Term) -> Predicate:
         raise FilterError(f"operator {term.op!r} is not supported on create_time")
     bound = _parse_time(_unquote(term.value))
     compare = _COMPARE[term.op]
-    return lambda job: compare(job.create_time, bound)
+    return lambda job: compare(job.create_time.ToDatetime(tzinfo=UTC), bound)
 
 
 def _predicate_for(term: _Term) -> Predicate:
@@ -136,9 +140,14 @@ def _predicate_for(term: _Term) -> Predicate:
     raise FilterError(f"filtering on {term.field!r} is not supported")
 
 
-def parse_filter(text: str) -> Predicate:
+def parse_filter(text: str) -> Callable[[CustomJob], bool]:
     """Compile ``text`` into a predicate over CustomJob; an empty filter matches every job."""
     if not text.strip():
         return lambda job: True
     predicates = [_predicate_for(term) for term in _split_terms(text)]
-    return lambda job: all(predicate(job) for predicate in predicates)
+
+    def matches(job: CustomJob) -> bool:
+        raw = CustomJob.pb(job)
+        return all(predicate(raw) for predicate in predicates)
+
+    return matches

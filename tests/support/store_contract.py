@@ -118,3 +118,41 @@ class StateStoreContract:
     def test_bad_keys_are_refused_with_a_reason(self, store):
         with pytest.raises(ValueError, match="invalid store key"):
             store.create("Bad Key!", {})
+
+    # --- the live index (base.py): list_live returns jobs whose last write was not terminal ----
+
+    def test_list_live_holds_unfinished_jobs_only_and_a_finished_job_leaves_it(self, store):
+        store.create("jobs/b", {"state": {"phase": "running"}})
+        store.create("jobs/a", {"state": {"phase": "accepted"}})
+        store.create("jobs/c", {"state": {"phase": "succeeded"}})
+        store.create("cancels/a", {"time": 1})
+        assert [v.key for v in store.list_live("jobs/")] == ["jobs/a", "jobs/b"]
+
+        store.put("jobs/b", {"state": {"phase": "cancelled"}}, expected_version=1)
+        assert [v.key for v in store.list_live("jobs/")] == ["jobs/a"]
+        assert [v.document for v in store.list_live("")] == [{"state": {"phase": "accepted"}}]
+        assert [v.key for v in store.list("jobs/")] == ["jobs/a", "jobs/b", "jobs/c"]  # still stored
+
+    def test_list_live_returns_the_latest_version_of_each_live_job(self, store):
+        store.create("jobs/a", {"state": {"phase": "accepted"}})
+        store.put("jobs/a", {"state": {"phase": "running"}, "n": 2}, expected_version=1)
+        [found] = store.list_live("jobs/")
+        assert (found.document, found.version) == ({"state": {"phase": "running"}, "n": 2}, 2)
+
+    def test_a_job_whose_phase_cannot_be_read_stays_live(self, store):
+        """Nothing unreadable may silently drop out of the reconcile pass."""
+        store.create("jobs/odd", {"no": "state"})
+        assert [v.key for v in store.list_live("jobs/")] == ["jobs/odd"]
+
+    def test_a_deleted_job_leaves_the_live_index(self, store):
+        store.create("jobs/a", {"state": {"phase": "running"}})
+        store.delete("jobs/a", expected_version=1)
+        assert list(store.list_live("jobs/")) == []
+
+    def test_many_documents_list_completely_and_in_key_order(self, store):
+        keys = [f"jobs/j{i:04d}" for i in range(1205)] + ["jobs/j0001-x"]
+        for i, key in enumerate(keys):
+            phase = "running" if i % 100 == 0 else "succeeded"
+            store.create(key, {"state": {"phase": phase}, "i": i})
+        assert [v.key for v in store.list("jobs/")] == sorted(keys)
+        assert [v.key for v in store.list_live("jobs/")] == [f"jobs/j{i:04d}" for i in range(0, 1205, 100)]

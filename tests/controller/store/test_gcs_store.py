@@ -127,3 +127,68 @@ def test_a_precondition_failure_is_answered_once_not_retried(flaky_store):
     with pytest.raises(AlreadyExists):
         store.create("job-a", {"n": 2})
     assert proxy.requests == [("POST", 412)]
+
+
+@pytest.fixture(scope="module")
+def counted():
+    """A GCS stand-in of its own, whose request counts (devstack.calls) the tests read."""
+    from devstack.gcs import start_gcs
+
+    with start_gcs() as emulator, pytest.MonkeyPatch.context() as env:
+        env.setenv("STORAGE_EMULATOR_HOST", emulator.url)
+        client = storage.Client(project="relaunch-dev", credentials=AnonymousCredentials())
+        client.create_bucket(BUCKET)
+        yield emulator, client
+
+
+def _reads(emulator) -> list[str]:
+    """Paths of the object reads (metadata GETs and downloads) served since the last reset."""
+    return [path for kind, path in emulator.calls.recent() if kind in ("GET object", "GET download")]
+
+
+def test_listing_pages_through_objects_list_without_a_get_per_object(counted):
+    emulator, client = counted
+    store = GcsStateStore(BUCKET, f"paged-{next(_prefixes)}", client=client)
+    for i in range(1100):
+        store.create(f"jobs/j{i:04d}", {"state": {"phase": "running"}, "i": i})
+    emulator.calls.reset()
+
+    listed = list(store.list("jobs/"))
+
+    assert [v.document["i"] for v in listed] == list(range(1100))
+    assert emulator.calls.counts() == {"GET list": 2}  # 1,000 a page, the documents in the listing
+
+
+def test_a_live_listing_reads_nothing_of_finished_jobs(counted):
+    emulator, client = counted
+    store = GcsStateStore(BUCKET, f"hot-{next(_prefixes)}", client=client)
+    big_timeline = [{"entry": "x" * 50} for _ in range(200)]  # too big to embed: read by GET
+    store.create("jobs/live-big", {"state": {"phase": "running"}, "timeline": big_timeline})
+    store.create("jobs/live-small", {"state": {"phase": "queued"}})
+    for i in range(30):
+        store.create(f"jobs/done-{i}", {"state": {"phase": "succeeded"}, "timeline": big_timeline})
+    emulator.calls.reset()
+
+    live = [v.key for v in store.list_live("jobs/")]
+
+    assert live == ["jobs/live-big", "jobs/live-small"]
+    assert emulator.calls.counts().get("GET list") == 1
+    assert [p for p in _reads(emulator) if "/done-" in p] == []
+    assert len(_reads(emulator)) == 1  # the one live document too big for its metadata
+
+
+def test_objects_written_before_the_live_flag_are_classified_on_read(counted):
+    emulator, client = counted
+    store = GcsStateStore(BUCKET, f"old-{next(_prefixes)}", client=client)
+    bucket = client.bucket(BUCKET)
+    for job_id, phase in (("old-live", "running"), ("old-done", "failed")):
+        envelope = {
+            "format": "relaunch-state/v1",
+            "version": 1,
+            "fence": 0,
+            "document": {"state": {"phase": phase}},
+        }
+        bucket.blob(f"{store._prefix}/jobs/{job_id}.json").upload_from_string(json.dumps(envelope))
+
+    assert [v.key for v in store.list_live("jobs/")] == ["jobs/old-live"]
+    assert [v.key for v in store.list("jobs/")] == ["jobs/old-done", "jobs/old-live"]

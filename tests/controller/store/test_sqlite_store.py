@@ -46,3 +46,26 @@ def test_every_acknowledged_write_survives_kill_9(tmp_path):
     # The write acknowledged last is durable; at most the one in flight may also have landed.
     assert found.document["n"] >= acknowledged
     assert found.version == found.document["n"] + 1
+
+
+def test_a_file_from_before_the_live_index_is_upgraded_when_opened(tmp_path):
+    import json
+    import sqlite3
+
+    path = tmp_path / "old.db"
+    db = sqlite3.connect(path)
+    db.executescript(
+        "CREATE TABLE documents (key TEXT PRIMARY KEY, body TEXT NOT NULL, version INTEGER NOT NULL,"
+        " fence INTEGER NOT NULL)"
+    )
+    for key, phase in (("jobs/a", "running"), ("jobs/b", "succeeded")):
+        db.execute(
+            "INSERT INTO documents VALUES (?, ?, 1, 0)", (key, json.dumps({"state": {"phase": phase}}))
+        )
+    db.commit()
+    db.close()
+
+    store = SqliteStateStore(path)
+
+    assert [v.key for v in store.list_live("jobs/")] == ["jobs/a"]
+    assert [v.key for v in store.list("jobs/")] == ["jobs/a", "jobs/b"]
