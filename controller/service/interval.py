@@ -55,6 +55,9 @@ class IntervalKeeper:
         self.store = store
         self.checkpoints = checkpoints
         self.fence = fence
+        # (job id, attempt) endings known to be in the book, or not meant for it; bounded by the
+        # live jobs' attempts (pruned in catch_up).
+        self._checked: set[tuple[str, int]] = set()
 
     # --- the book -----------------------------------------------------------------------------
     def ledger(self) -> Ledger:
@@ -196,18 +199,32 @@ class IntervalKeeper:
         self, states: Iterable[JobState], request_of: Callable[[str], JobRequest], now: float
     ) -> int:
         """Learn every ended attempt of these jobs that the book has not counted (after a crash
-        between a job's write and the ledger's). Returns how many were counted now."""
+        between a job's write and the ledger's). Returns how many were counted now.
+
+        Endings this instance has seen counted are remembered, so a pass reads the ledger only
+        when a live job has an ending it has not checked yet (a pass costs nothing otherwise)."""
+        states = list(states)
+        live_ids = {state.job_id for state in states}
+        self._checked = {key for key in self._checked if key[0] in live_ids}
+        unchecked = [
+            (state, attempt)
+            for state in states
+            for attempt in state.attempts
+            if attempt.ended and (state.job_id, attempt.number) not in self._checked
+        ]
+        if not unchecked:
+            return 0
         ledger = self.ledger()
         counted = 0
-        for state in states:
-            pending = [
-                a for a in state.attempts if a.ended and not ledger.has_counted(state.job_id, a.number)
-            ]
-            if not pending:
-                continue
+        for state, attempt in unchecked:
             request = request_of(state.job_id)
-            for attempt in pending:
-                counted += int(self.learn(state.job_id, request, attempt, now))
+            if request.checkpoint_interval is not None and not ledger.has_counted(
+                state.job_id, attempt.number
+            ):
+                if not self.learn(state.job_id, request, attempt, now):
+                    continue  # its exit record was unreadable: try again next pass
+                counted += 1
+            self._checked.add((state.job_id, attempt.number))
         return counted
 
     # --- the choice ---------------------------------------------------------------------------
