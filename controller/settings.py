@@ -150,6 +150,18 @@ class Settings(BaseSettings):
     # Quotas (Vertex defaults per project and region).
     creates_per_minute: int = Field(60, ge=1, description="CustomJob creations allowed per minute.")
     reads_per_minute: int = Field(600, ge=1, description="Get/List/Cancel calls allowed per minute.")
+    submission_workers: int = Field(
+        8,
+        ge=1,
+        description="Threads that submit CustomJobs taken from the create queue (oldest ready job first, "
+        "one create-quota slot each); a submission retrying through an outage holds one of them.",
+    )
+    timer_workers: int = Field(
+        8,
+        ge=1,
+        description="Threads that serve due wake-ups, so that one job's slow call never delays "
+        "another job's timer.",
+    )
 
     # Serving.
     port: int = Field(
