@@ -33,6 +33,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--dir", default=".devstack", help="state directory (default: ./.devstack)")
     parser.add_argument("--project", default="relaunch-dev")
     parser.add_argument("--region", default="us-central1")
+    parser.add_argument(
+        "--simulated-replicas",
+        metavar="RUN_SECONDS",
+        help="every CustomJob gets simulated replicas (no processes) whose primary succeeds after "
+        "RUN_SECONDS, or 'forever' (devstack.vertex.simulated)",
+    )
     return parser
 
 
@@ -50,7 +56,13 @@ def main(argv: list[str] | None = None) -> int:
     write_run_file(state / PID_FILE, f"{pid}\n")
     from devstack.stack import DevStack  # after the pid file, so `down` can find a slow start
 
-    stack = DevStack(str(state), project=args.project, region=args.region)
+    options = {}
+    if args.simulated_replicas is not None:
+        from devstack.vertex.simulated import FOREVER, Simulation
+
+        raw = args.simulated_replicas.strip().lower()
+        options["simulation"] = Simulation(None if raw == FOREVER else float(raw))
+    stack = DevStack(str(state), project=args.project, region=args.region, **options)
     try:
         stack.start()
         env = stack.env()

@@ -9,6 +9,11 @@ devstack (RELAUNCH_DEVSTACK_CONTROL names the server).
     POST /lose_create_replies {"count": 1}
     POST /behaviour {"knob": value, ...}  (devstack.vertex.behaviour; unknown knobs: 400)
     POST /gcs       {"outage": true} and/or {"bucket": NAME, "status": 403 | null}
+    POST /simulate  {"enabled": true, "run_seconds": 30 | null, "exit_code": 0}  (simulated replicas)
+    POST /seed_finished {"custom_jobs": [CustomJob JSON, ..], "state": "JOB_STATE_SUCCEEDED",
+                     "run_seconds": 60} -> {"names": [..]}
+    POST /calls     {"reset": true} -> the counts below, then starts them again
+    GET  /calls     -> {"vertex": {"ListCustomJobs": n, ..}, "gcs": {"GET list": n, ..}}
     GET  /status    -> {"pid": .., "dir": .., "env": {..}, "jobs": [{name, state, ..}]}
 
 Errors come back as {"error": message} with 400 (bad input) or 404 (unknown job).
@@ -97,7 +102,34 @@ def _gcs(target, body):
     return {}
 
 
+def _simulate(target, body):
+    run_seconds = body.get("run_seconds")
+    target.simulate(
+        bool(body.get("enabled", True)),
+        None if run_seconds is None else float(run_seconds),
+        int(body.get("exit_code", 0)),
+    )
+    return {}
+
+
+def _seed_finished(target, body):
+    jobs = _required(body, "custom_jobs")
+    if not isinstance(jobs, list):
+        raise ValueError("custom_jobs must be a list of CustomJob objects")
+    names = target.seed_finished(
+        jobs, str(body.get("state", "JOB_STATE_SUCCEEDED")), float(body.get("run_seconds", 60.0))
+    )
+    return {"names": names}
+
+
+def _calls(target, body):
+    return target.calls(reset=bool(body.get("reset", False)))
+
+
 _POSTS = {
+    "/simulate": _simulate,
+    "/seed_finished": _seed_finished,
+    "/calls": _calls,
     "/gcs": _gcs,
     "/preempt": _preempt,
     "/stockout": _stockout,
@@ -123,6 +155,8 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self):
         if self.path.rstrip("/") == "/status":
             return self._reply(HTTPStatus.OK, self.target.status())
+        if self.path.rstrip("/") == "/calls":
+            return self._reply(HTTPStatus.OK, self.target.calls())
         self._reply(HTTPStatus.NOT_FOUND, {"error": f"no such endpoint {self.path}"})
 
     def do_POST(self):
@@ -217,6 +251,20 @@ class ControlClient:
                 "other_per_minute": other_per_minute,
             },
         )
+
+    def simulate(self, enabled: bool = True, run_seconds: float | None = None, exit_code: int = 0) -> None:
+        self._call(
+            "POST", "/simulate", {"enabled": enabled, "run_seconds": run_seconds, "exit_code": exit_code}
+        )
+
+    def seed_finished(
+        self, custom_jobs: list[dict], state: str = "JOB_STATE_SUCCEEDED", run_seconds: float = 60.0
+    ) -> list[str]:
+        body = {"custom_jobs": custom_jobs, "state": state, "run_seconds": run_seconds}
+        return self._call("POST", "/seed_finished", body)["names"]
+
+    def calls(self, reset: bool = False) -> dict:
+        return self._call("POST", "/calls", {"reset": reset}) if reset else self._call("GET", "/calls")
 
     def status(self) -> dict:
         return self._call("GET", "/status")

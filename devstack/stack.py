@@ -21,12 +21,14 @@ from typing import Any
 import grpc
 from google.api_core import exceptions as gexc
 from google.cloud import pubsub_v1
+from google.cloud.aiplatform_v1 import CustomJob, JobState
 from google.pubsub_v1.services.publisher.transports import PublisherGrpcTransport
 
 from devstack.control import ControlServer
 from devstack.gcs import start_gcs
 from devstack.pubsub import start_pubsub
 from devstack.vertex import start_vertex
+from devstack.vertex.simulated import Simulation
 
 log = logging.getLogger(__name__)
 
@@ -168,6 +170,28 @@ class DevStack:
 
     def quota(self, enabled: bool, creates_per_minute: int = 60, other_per_minute: int = 600) -> None:
         self.vertex.set_quota(enabled, creates_per_minute, other_per_minute)
+
+    def simulate(self, enabled: bool = True, run_seconds: float | None = None, exit_code: int = 0) -> None:
+        """Jobs created from now on get simulated replicas (devstack.vertex.simulated): the
+        primary ends with `exit_code` after `run_seconds` (None: runs until reclaimed or
+        cancelled). `enabled=False`: real replica processes again."""
+        self.vertex.simulate(Simulation(run_seconds, exit_code) if enabled else None)
+
+    def seed_finished(
+        self, custom_jobs: list[dict], state: str = "JOB_STATE_SUCCEEDED", run_seconds: float = 60.0
+    ) -> list[str]:
+        """Put finished CustomJobs (JSON, as the REST API writes them) into Vertex at once."""
+        jobs = [CustomJob.from_json(json.dumps(job), ignore_unknown_fields=False) for job in custom_jobs]
+        return self.vertex.seed_finished(jobs, JobState[state], run_seconds)
+
+    def calls(self, reset: bool = False) -> dict[str, dict[str, int]]:
+        """Requests served so far by kind: {"vertex": {method: n}, "gcs": {"GET list": n, ...}};
+        `reset` starts the counts again (after reading them)."""
+        counts = {"vertex": self.vertex.calls.counts(), "gcs": self.gcs.calls.counts()}
+        if reset:
+            self.vertex.calls.reset()
+            self.gcs.calls.reset()
+        return counts
 
     def status(self) -> dict[str, Any]:
         jobs = [

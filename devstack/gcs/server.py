@@ -17,6 +17,7 @@ from gcp_storage_emulator.exceptions import BadRequest, Conflict, NotFound
 from gcp_storage_emulator.handlers import buckets as lib_buckets
 from gcp_storage_emulator.handlers import objects as lib_objects
 
+from devstack.calls import CallLog
 from devstack.gcs import objects, replies, uploads
 from devstack.gcs.preconditions import InvalidPrecondition, PreconditionFailed
 from devstack.gcs.storage import GcsStorage
@@ -160,6 +161,7 @@ class Backend:
     storage: GcsStorage
     sessions: uploads.UploadSessions = field(default_factory=uploads.UploadSessions)
     disturbances: Disturbances = field(default_factory=Disturbances)
+    calls: CallLog = field(default_factory=CallLog)
 
 
 # Library handlers replaced by ours; these take (request, response, backend).
@@ -194,7 +196,28 @@ _ROUTES = [
 ]
 
 
+_OBJECTS = re.compile(r"/b/[^/]+/o/?$")
+_OBJECT = re.compile(r"/b/[^/]+/o/.+")
+
+
+def _call_kind(request: Request) -> str:
+    """What a request is, coarsely, for counting: e.g. ``GET list``, ``GET download``, ``POST upload``."""
+    path = request.path
+    if path.startswith("/upload/"):
+        return f"{request.method} upload"
+    if path.startswith("/download/") or request.query.get("alt") == ["media"]:
+        return f"{request.method} download"
+    if _OBJECTS.search(path):
+        return f"{request.method} list" if request.method == "GET" else f"{request.method} objects"
+    if _OBJECT.search(path):
+        return f"{request.method} object"
+    return f"{request.method} other"
+
+
 def dispatch(request: Request, response: Response, backend: Backend) -> None:
+    prefix = request.query.get("prefix", [""])[0]
+    detail = urllib.parse.unquote(request.path) + (f"?prefix={prefix}" if prefix else "")
+    backend.calls.record(_call_kind(request), detail)
     refusal = backend.disturbances.refusal(request.path)
     if refusal is not None:
         reason = "backendError" if refusal >= 500 else "forbidden" if refusal == 403 else "refused"
@@ -258,9 +281,9 @@ class GcsEmulator:
     def __init__(self, host: str, port: int, data_dir: str | None):
         self.storage = GcsStorage(data_dir)
         self.disturbances = Disturbances()
-        handler = type(
-            "Handler", (_RequestHandler,), {"backend": Backend(self.storage, disturbances=self.disturbances)}
-        )
+        self.calls = CallLog()  # every request served, by kind (devstack.calls)
+        backend = Backend(self.storage, disturbances=self.disturbances, calls=self.calls)
+        handler = type("Handler", (_RequestHandler,), {"backend": backend})
         self._server = _ThreadingServer((host, port), handler)
         self.host = host
         self.port = self._server.server_address[1]

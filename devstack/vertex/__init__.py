@@ -5,7 +5,8 @@ on an insecure channel to ``RELAUNCH_VERTEX_ENDPOINT``.
 
 Covered
   * RPCs: CreateCustomJob, GetCustomJob, ListCustomJobs (filters on ``labels.k=v``,
-    ``labels.k:*``, ``state``, ``display_name``, ``create_time``, joined with AND; paging),
+    ``labels.k:*``, ``state``, ``display_name``, ``create_time``, joined with AND; ``read_mask``;
+    paging),
     CancelCustomJob, DeleteCustomJob (an Operation that is already done) and
     ``google.longrunning.Operations/GetOperation``. Every other method: UNIMPLEMENTED.
   * Lifecycle QUEUED -> PENDING -> RUNNING -> SUCCEEDED / FAILED / CANCELLING -> CANCELLED with
@@ -22,6 +23,8 @@ Covered
     stockouts retried then failed with the documented text, ``error`` set a delay after FAILED,
     quota shortfalls (QUEUED or 429), Scheduling (STANDARD/SPOT/FLEX_START with
     ``max_wait_duration``, ``timeout``, ``disable_retries``), the documented service log lines.
+  * Simulated replicas (``devstack.vertex.simulated``): the same lifecycle with no process, for
+    thousands of jobs; finished jobs seeded in bulk (``seed_finished``); every RPC counted.
   * Faults: injected API errors, per-minute quotas, creates served with their reply lost.
 
 NOT emulated

@@ -27,16 +27,18 @@ from google.cloud.aiplatform_v1 import (
     ListCustomJobsResponse,
 )
 from google.longrunning import operations_pb2
-from google.protobuf import empty_pb2
+from google.protobuf import empty_pb2, field_mask_pb2
 from google.rpc import status_pb2
 
+from devstack.calls import CallLog
 from devstack.vertex import events
 from devstack.vertex.behaviour import QUOTA_TEXT, VertexBehaviour
 from devstack.vertex.errors import ApiError
 from devstack.vertex.faults import ApiFaults, Quotas
 from devstack.vertex.filters import FilterError, parse_filter
-from devstack.vertex.jobrun import JobRecord, JobRunner, Reclaim, Stockout
+from devstack.vertex.jobrun import TERMINAL_STATES, JobRecord, JobRunner, Reclaim, Stockout
 from devstack.vertex.service import JobServiceHandler
+from devstack.vertex.simulated import Alarms, Simulation, simulation_for
 from devstack.vertex.validation import validate_custom_job
 
 DEFAULT_PAGE_SIZE = 100
@@ -55,6 +57,26 @@ def _copy(job: CustomJob) -> CustomJob:
     return CustomJob.deserialize(CustomJob.serialize(job))
 
 
+def _read_mask(request: ListCustomJobsRequest) -> field_mask_pb2.FieldMask | None:
+    """The request's ``read_mask`` [types: ListCustomJobsRequest.read_mask], or None for every
+    field. A path that names no CustomJob field is refused (unknown what Vertex answers; a
+    refusal tells a caller at once that its mask is wrong)."""
+    if "read_mask" not in request or not request.read_mask.paths:
+        return None
+    mask = field_mask_pb2.FieldMask(paths=list(request.read_mask.paths))
+    if not mask.IsValidForDescriptor(CustomJob.pb().DESCRIPTOR):
+        raise ApiError(grpc.StatusCode.INVALID_ARGUMENT, f"Invalid read_mask: {list(mask.paths)}.")
+    return mask
+
+
+def _masked(job: CustomJob, mask: field_mask_pb2.FieldMask | None) -> CustomJob:
+    if mask is None:
+        return _copy(job)
+    kept = CustomJob.pb()()
+    mask.MergeMessage(CustomJob.pb(job), kept)
+    return CustomJob.wrap(kept)
+
+
 class VertexEmulator:
     """A local Vertex AI JobService; build it with ``start_vertex`` rather than directly."""
 
@@ -69,6 +91,7 @@ class VertexEmulator:
         provisioning_seconds: float = 0.5,
         kill_grace_seconds: float = 5.0,
         behaviour: VertexBehaviour | None = None,
+        simulation: Simulation | None = None,
     ) -> None:
         self.project = project
         self.region = region
@@ -77,7 +100,12 @@ class VertexEmulator:
         self.provisioning_seconds = provisioning_seconds
         self.kill_grace_seconds = kill_grace_seconds
         self.parent = f"projects/{project}/locations/{region}"
-        self.changed = threading.Condition(threading.RLock())
+        self._lock = threading.RLock()
+        # Waiters on the whole emulator (tests, wait_for_state); each job's runner waits on its
+        # record's own condition over the same lock (see `wake`).
+        self.changed = threading.Condition(self._lock)
+        self.simulation = simulation
+        self.alarms = Alarms()
         self.stopping = False
         self.host_port = ""
         self._jobs: dict[str, JobRecord] = {}  # by full job name
@@ -91,6 +119,7 @@ class VertexEmulator:
         self.behaviour = behaviour or VertexBehaviour()
         self.faults = ApiFaults()
         self.quotas = Quotas()
+        self.calls = CallLog()  # every RPC received, by method (devstack.calls)
         self._events = events.EventDispatcher(event_sink)
         self._server: grpc.Server | None = None
         Path(self.workdir).mkdir(parents=True, exist_ok=True)
@@ -112,9 +141,10 @@ class VertexEmulator:
         with self.changed:
             self.stopping = True
             threads = [r.thread for r in self._jobs.values() if r.thread is not None]
-            self.changed.notify_all()
+            self.wake()
         if self._server is not None:
             self._server.stop(grace=0)
+        self.alarms.stop()
         for thread in threads:
             thread.join(timeout=30.0)
         self._events.close()
@@ -126,6 +156,20 @@ class VertexEmulator:
         self.stop()
 
     # ----- state changes (called by job runners and RPCs) -----------------------------------
+
+    def wake(self, record: JobRecord | None = None) -> None:
+        """Wake whoever waits on a change: ``record``'s runner, or every runner when a change of
+        the whole emulator (stop, knobs, stockout, quota) may concern them all. Caller holds the lock."""
+        records = [record] if record is not None else list(self._jobs.values())
+        for each in records:
+            each.wakeup.notify_all()
+        self.changed.notify_all()
+
+    def simulate(self, simulation: Simulation | None) -> None:
+        """Make jobs created from now on simulated (``devstack.vertex.simulated``); None: real
+        replica processes again. A job's own ``DEVSTACK_SIMULATED_*`` variables still win."""
+        with self.changed:
+            self.simulation = simulation
 
     def transition(self, record: JobRecord, state: JobState, error: status_pb2.Status | None = None) -> None:
         with self.changed:
@@ -139,7 +183,7 @@ class VertexEmulator:
                 job.error = error
             if events.state_text(state, self.behaviour.log_undocumented_transitions) is not None:
                 self._events.publish(events.state_log_entry(self.project, record.job_id, state, now))
-            self.changed.notify_all()
+            self.wake(record)
 
     def service_log(self, record: JobRecord, text: str) -> None:
         """A service line that comes with no state change ("Job is preparing.", ...)."""
@@ -151,7 +195,7 @@ class VertexEmulator:
         with self.changed:
             record.job.error = error
             record.job.update_time = _now()
-            self.changed.notify_all()
+            self.wake(record)
 
     def advance(self, record: JobRecord, state: JobState) -> None:
         """Move a job forward on its way to running, unless a cancel or preemption got there
@@ -209,6 +253,10 @@ class VertexEmulator:
         problem = validate_custom_job(request.custom_job)
         if problem:
             raise ApiError(grpc.StatusCode.INVALID_ARGUMENT, problem)
+        try:
+            simulation = simulation_for(request.custom_job.job_spec, self.simulation)
+        except ValueError as exc:
+            raise ApiError(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from exc
         job = _copy(request.custom_job)
         for output_only in _OUTPUT_ONLY_FIELDS:
             if output_only in job:
@@ -223,7 +271,13 @@ class VertexEmulator:
             job_id = str(next(self._ids))
             job.name = f"{self.parent}/customJobs/{job_id}"
             job.create_time = _now()
-            record = JobRecord(job=job, job_id=job_id, stockout=self._stockout)
+            record = JobRecord(
+                job=job,
+                job_id=job_id,
+                stockout=self._stockout,
+                wakeup=threading.Condition(self._lock),
+                simulation=simulation,
+            )
             self._jobs[job.name] = record
             self.transition(record, JobState.JOB_STATE_QUEUED)
             runner = JobRunner(self, record)
@@ -251,12 +305,15 @@ class VertexEmulator:
             if not request.page_token.isdigit():
                 raise ApiError(grpc.StatusCode.INVALID_ARGUMENT, "Invalid page_token.")
             before = int(request.page_token)
+        mask = _read_mask(request)
         with self.changed:
             records = sorted(self._jobs.values(), key=lambda r: int(r.job_id), reverse=True)
             selected = [r for r in records if (before is None or int(r.job_id) < before) and matches(r.job)]
             page = selected[:page_size]
             token = page[-1].job_id if len(selected) > page_size else ""
-            return ListCustomJobsResponse(custom_jobs=[_copy(r.job) for r in page], next_page_token=token)
+            return ListCustomJobsResponse(
+                custom_jobs=[_masked(r.job, mask) for r in page], next_page_token=token
+            )
 
     def cancel_custom_job(self, request: CancelCustomJobRequest) -> empty_pb2.Empty:
         with self.changed:
@@ -304,6 +361,41 @@ class VertexEmulator:
 
     # ----- fault injection and test helpers -------------------------------------------------
 
+    def seed_finished(
+        self,
+        jobs: Iterable[CustomJob],
+        state: JobState = JobState.JOB_STATE_SUCCEEDED,
+        run_seconds: float = 60.0,
+    ) -> list[str]:
+        """Put CustomJobs that already ended (``state``, ``run_seconds`` long, ending now) into the
+        store at once, with no runner, no replica and no log entry: history for the scale
+        benchmarks. Each is validated as a create would be; returns their names, in order."""
+        if state not in TERMINAL_STATES:
+            raise ValueError(f"a seeded job must have ended; {state.name} is not a terminal state")
+        names: list[str] = []
+        with self.changed:
+            ended = _now()
+            started = datetime.fromtimestamp(ended.timestamp() - max(run_seconds, 0.0), UTC)
+            for template in jobs:
+                problem = validate_custom_job(template)
+                if problem:
+                    raise ValueError(problem)
+                job = _copy(template)
+                for output_only in _OUTPUT_ONLY_FIELDS:
+                    if output_only in job:
+                        delattr(job, output_only)
+                job_id = str(next(self._ids))
+                job.name = f"{self.parent}/customJobs/{job_id}"
+                job.create_time = job.start_time = started
+                job.end_time = job.update_time = ended
+                job.state = state
+                self._jobs[job.name] = JobRecord(
+                    job=job, job_id=job_id, stockout=self._stockout, wakeup=threading.Condition(self._lock)
+                )
+                names.append(job.name)
+            self.changed.notify_all()
+        return names
+
     def preempt(
         self, job_name: str, grace_seconds: float | None = None, *, end_job: bool | None = None
     ) -> bool:
@@ -321,7 +413,7 @@ class VertexEmulator:
                 grace = self.behaviour.reclaim_grace_seconds if grace_seconds is None else grace_seconds
                 ends = self.behaviour.reclaim_ends_job if end_job is None else end_job
                 record.reclaim = Reclaim(max(float(grace), 0.0), bool(ends))
-            self.changed.notify_all()
+            self.wake(record)
             return True
 
     def configure(self, **changes) -> VertexBehaviour:
@@ -330,13 +422,13 @@ class VertexEmulator:
         with self.changed:
             previous = self.behaviour
             self.behaviour = previous.with_changes(**changes)
-            self.changed.notify_all()
+            self.wake()
             return previous
 
     def restore(self, behaviour: VertexBehaviour) -> None:
         with self.changed:
             self.behaviour = behaviour
-            self.changed.notify_all()
+            self.wake()
 
     def set_quota_shortfall(self, mode: str | None) -> None:
         """Training-resource quota used up [training-service]: ``"queue"`` keeps new jobs QUEUED
@@ -346,7 +438,7 @@ class VertexEmulator:
             raise ValueError(f"quota shortfall mode must be one of {QUOTA_MODES}, got {mode!r}")
         with self.changed:
             self._quota_shortfall = mode
-            self.changed.notify_all()
+            self.wake()
 
     def lose_create_replies(self, count: int = 1) -> None:
         """The next ``count`` creates are served (the job exists) but answered DEADLINE_EXCEEDED,
@@ -365,7 +457,7 @@ class VertexEmulator:
             raise ValueError("queue_seconds must not be negative")
         with self.changed:
             self._stockout = Stockout(float(queue_seconds), bool(fail))
-            self.changed.notify_all()
+            self.wake()
 
     def set_api_faults(
         self, rate: float, codes: Iterable[grpc.StatusCode | str | int] = (), seed: int | None = None
@@ -426,6 +518,7 @@ def start_vertex(
     provisioning_seconds: float = 0.5,
     kill_grace_seconds: float = 5.0,
     behaviour: VertexBehaviour | None = None,
+    simulation: Simulation | None = None,
 ) -> VertexEmulator:
     """Start the JobService stand-in on ``host:port`` (0 picks a free port; see ``.host_port``)."""
     emulator = VertexEmulator(
@@ -437,6 +530,7 @@ def start_vertex(
         provisioning_seconds=provisioning_seconds,
         kill_grace_seconds=kill_grace_seconds,
         behaviour=behaviour,
+        simulation=simulation,
     )
     emulator.serve(host, port)
     return emulator

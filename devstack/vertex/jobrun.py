@@ -22,6 +22,7 @@ from google.rpc import code_pb2, status_pb2
 from devstack.vertex import replicas as replica_procs
 from devstack.vertex.behaviour import INTERNAL_TEXT, STOCKOUT_TEXT, VertexBehaviour
 from devstack.vertex.replicas import Replica
+from devstack.vertex.simulated import Alarms, SimulatedReplica, Simulation, launch_simulated
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +59,11 @@ class JobHost(Protocol):
 
     def quota_holds_new_jobs(self) -> bool: ...
 
+    def wake(self, record: JobRecord | None = None) -> None: ...
+
+    @property
+    def alarms(self) -> Alarms: ...
+
 
 @dataclass(frozen=True)
 class Stockout:
@@ -80,15 +86,20 @@ class JobRecord:
     job: CustomJob
     job_id: str
     stockout: Stockout
-    replicas: list[Replica] = field(default_factory=list)
+    # Notified on this job's own changes; it shares the host's lock, so that a transition wakes
+    # this job's runner only, not every runner of thousands (the host's changes wake them all).
+    wakeup: threading.Condition
+    replicas: list[Replica | SimulatedReplica] = field(default_factory=list)
     # (generation, replica) in the order replicas exited; a restart starts a new generation.
-    exit_order: list[tuple[int, Replica]] = field(default_factory=list)
+    exit_order: list[tuple[int, Replica | SimulatedReplica]] = field(default_factory=list)
     generation: int = 0
     cancel_requested: bool = False
     reclaim: Reclaim | None = None
     reclaim_restarts: int = 0
     crash_restarts: int = 0
     thread: threading.Thread | None = None
+    # Simulated replicas (devstack.vertex.simulated), fixed when the job is created; None: processes.
+    simulation: Simulation | None = None
 
     @property
     def active(self) -> bool:
@@ -129,8 +140,8 @@ class JobRunner:
 
     def _wait(self, predicate: Callable[[], bool], seconds: float | None) -> bool:
         """Block until ``predicate()`` holds (re-checked on every change) or ``seconds`` pass."""
-        with self.host.changed:
-            return self.host.changed.wait_for(predicate, timeout=seconds)
+        with self.record.wakeup:
+            return self.record.wakeup.wait_for(predicate, timeout=seconds)
 
     def _stop_or_interrupt_seen(self) -> bool:
         return self.host.stopping or self.record.interrupted
@@ -234,21 +245,26 @@ class JobRunner:
             record.generation += 1
             generation = record.generation
 
-        def on_exit(replica: Replica) -> None:
+        def on_exit(replica: Replica | SimulatedReplica) -> None:
             with host.changed:
                 record.exit_order.append((generation, replica))
-                host.changed.notify_all()
+                host.wake(record)
 
-        launched = [replica_procs.launch(plan, log_dir, on_exit) for plan in plans]
+        simulation = record.simulation
+        launched: list[Replica | SimulatedReplica]
+        if simulation is None:
+            launched = [replica_procs.launch(plan, log_dir, on_exit) for plan in plans]
+        else:
+            launched = [launch_simulated(plan, log_dir, simulation, host.alarms, on_exit) for plan in plans]
         with host.changed:
             record.replicas = launched
-            host.changed.notify_all()
+            host.wake(record)
 
-    def _exits(self) -> list[Replica]:
+    def _exits(self) -> list[Replica | SimulatedReplica]:
         """This generation's replicas, in the order they exited."""
         return [r for g, r in self.record.exit_order if g == self.record.generation]
 
-    def _first_failure(self) -> Replica | None:
+    def _first_failure(self) -> Replica | SimulatedReplica | None:
         return next((r for r in self._exits() if r.exit_status != 0), None)
 
     def _primary_succeeded(self) -> bool:
@@ -358,5 +374,5 @@ class JobRunner:
                 remaining = ended_at + host.behaviour.failed_error_delay_seconds - time.monotonic()
                 if remaining <= 0:
                     break
-                host.changed.wait(remaining)
+                record.wakeup.wait(remaining)
         host.set_error(record, error)

@@ -14,10 +14,11 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from google.cloud.aiplatform_v1 import CustomJobSpec
 
@@ -205,8 +206,18 @@ def launch(plan: ReplicaPlan, log_dir: Path, on_exit: Callable[[Replica], None])
     return replica
 
 
+class Signallable(Protocol):
+    """What `terminate` needs of a replica (a process here, or a simulated one)."""
+
+    exited: threading.Event
+
+    def group_alive(self) -> bool: ...
+
+    def signal_group(self, signum: int) -> None: ...
+
+
 def terminate(
-    replicas: list[Replica], grace_seconds: float, poll_seconds: float = 0.05, *, sigterm: bool = True
+    replicas: Sequence[Signallable], grace_seconds: float, poll_seconds: float = 0.05, *, sigterm: bool = True
 ) -> None:
     """SIGTERM every replica's process group, wait up to ``grace_seconds`` for the groups to
     empty, SIGKILL what is left, and return once every replica process has been reaped.

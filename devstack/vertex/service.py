@@ -23,6 +23,7 @@ from google.cloud.aiplatform_v1 import (
 )
 from google.longrunning import operations_pb2
 
+from devstack.calls import CallLog
 from devstack.vertex.errors import ApiError
 from devstack.vertex.faults import ApiFaults, Quotas
 
@@ -48,6 +49,7 @@ class JobServiceBackend(Protocol):
 
     faults: ApiFaults
     quotas: Quotas
+    calls: CallLog
 
     def create_custom_job(self, request: CreateCustomJobRequest) -> CustomJob: ...
     def get_custom_job(self, request: GetCustomJobRequest) -> CustomJob: ...
@@ -87,13 +89,14 @@ class JobServiceHandler(grpc.GenericRpcHandler):
         if method is None:
             return None
         return grpc.unary_unary_rpc_method_handler(
-            self._guarded(method),
+            self._guarded(handler_call_details.method.rsplit("/", 1)[-1], method),
             request_deserializer=method.deserialize,
             response_serializer=method.serialize,
         )
 
-    def _guarded(self, method: _Method) -> Callable[[Any, grpc.ServicerContext], Any]:
+    def _guarded(self, name: str, method: _Method) -> Callable[[Any, grpc.ServicerContext], Any]:
         def behaviour(request: Any, context: grpc.ServicerContext) -> Any:
+            self._emulator.calls.record(name, getattr(request, "name", "") or "")
             fault = self._emulator.faults.draw()
             if fault is not None:
                 context.abort(fault, f"devstack: injected {fault.name} fault.")

@@ -211,3 +211,35 @@ def test_every_devstack_verb_explains_itself_with_an_example(relaunch, verb):
     shown = relaunch("devstack", verb, "--help", timeout=60)
     assert shown.returncode == 0
     assert "example:" in shown.stdout and f"relaunch devstack {verb}" in shown.stdout
+
+
+def test_control_server_seeds_history_simulates_replicas_and_counts_calls(devstack, tmp_path):
+    control = ControlClient(os.environ["RELAUNCH_DEVSTACK_CONTROL"])
+    jobs = job_service_client(os.environ["RELAUNCH_VERTEX_ENDPOINT"])
+    tag = uuid.uuid4().hex[:8]
+    history = [
+        json.loads(type(job).to_json(job))
+        for job in (command_job(f"old-{i}", [(1, ["/nonexistent"])], labels={"seed": tag}) for i in range(3))
+    ]
+    names = control.seed_finished(history, state="JOB_STATE_FAILED")
+    assert [jobs.get_custom_job(name=n).state for n in names] == [JobState.JOB_STATE_FAILED] * 3
+
+    control.simulate(run_seconds=0.0)
+    try:
+        job = jobs.create_custom_job(
+            parent=_parent(), custom_job=command_job("sim", [(1, ["/nonexistent"])], labels={"seed": tag})
+        )
+    finally:
+        control.simulate(enabled=False)
+    assert devstack.vertex.wait_for_state(job.name, {JobState.JOB_STATE_SUCCEEDED}, timeout=60)
+
+    control.calls(reset=True)
+    listed = list(jobs.list_custom_jobs(request={"parent": _parent(), "filter": f"labels.seed={tag}"}))
+    client = storage.Client()
+    bucket = client.bucket(f"calls-{tag}")
+    client.create_bucket(bucket)
+    list(client.list_blobs(bucket, prefix="x/"))
+    counts = control.calls()
+    assert len(listed) == 4
+    assert counts["vertex"] == {"ListCustomJobs": 1}
+    assert counts["gcs"].get("GET list") == 1
