@@ -417,7 +417,7 @@ class Engine:
             if job is None:
                 return [ev.VertexJobMissing(action.attempt, action.vertex_name)]
             record = self.store.get(job_key(job_id))
-            return [] if record is None else self._observation_events(job, record.document, action.attempt)
+            return [] if record is None else self._observation_events(job, record, action.attempt)
         if isinstance(action, RaiseAlert):
             self._alert(
                 action.kind,

@@ -56,6 +56,28 @@ class ApiFaults:
             return self._random.choice(self._codes)
 
 
+class ApiDelays:
+    """Serve chosen RPCs late by a fixed time (a slow ListCustomJobs, say): no documented
+    latency is modelled; this is fault injection, e.g. to make a controller's pass slow."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._seconds: dict[str, float] = {}
+
+    def configure(self, method: str, seconds: float) -> None:
+        if seconds < 0:
+            raise ValueError(f"a delay must not be negative, got {seconds}")
+        with self._lock:
+            if seconds:
+                self._seconds[method] = seconds
+            else:
+                self._seconds.pop(method, None)
+
+    def seconds(self, method: str) -> float:
+        with self._lock:
+            return self._seconds.get(method, 0.0)
+
+
 class SlidingWindowQuota:
     """At most ``limit`` accepted calls in any trailing 60 seconds (Vertex counts per minute)."""
 
