@@ -8,10 +8,11 @@ import re
 import sys
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent import futures
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import grpc
 from google.cloud.aiplatform_v1 import (
@@ -466,9 +467,17 @@ class VertexEmulator:
         """Answer ``rate`` of RPCs with one of ``codes`` instead of serving them; 0 clears."""
         self.faults.configure(rate, codes, seed)
 
-    def set_api_delay(self, method: str, seconds: float) -> None:
-        """Serve every ``method`` RPC (e.g. "ListCustomJobs") ``seconds`` late; 0 clears."""
-        self.delays.configure(method, seconds)
+    def set_api_delay(
+        self,
+        method: str,
+        seconds: float = 0.0,
+        *,
+        until: threading.Event | None = None,
+        only_if: Callable[[Any], bool] | None = None,
+    ) -> None:
+        """Serve ``method`` RPCs (e.g. "ListCustomJobs") ``seconds`` late, or hold them until the
+        event ``until`` is set; ``only_if(request)`` picks which; 0 and no event clears."""
+        self.delays.configure(method, seconds, until=until, only_if=only_if)
 
     def set_quota(self, enabled: bool, creates_per_minute: int = 60, other_per_minute: int = 600) -> None:
         """Enforce Vertex's per-minute limits; over them an RPC gets RESOURCE_EXHAUSTED."""

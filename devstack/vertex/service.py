@@ -7,7 +7,6 @@ JobService (or any other service) is left unhandled, which gRPC answers with UNI
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -98,9 +97,7 @@ class JobServiceHandler(grpc.GenericRpcHandler):
     def _guarded(self, name: str, method: _Method) -> Callable[[Any, grpc.ServicerContext], Any]:
         def behaviour(request: Any, context: grpc.ServicerContext) -> Any:
             self._emulator.calls.record(name, getattr(request, "name", "") or "")
-            delay = self._emulator.delays.seconds(name)
-            if delay:
-                time.sleep(delay)  # injected latency (ApiDelays), not synchronisation
+            self._emulator.delays.apply(name, request)  # injected latency, if any (ApiDelays)
             fault = self._emulator.faults.draw()
             if fault is not None:
                 context.abort(fault, f"devstack: injected {fault.name} fault.")
