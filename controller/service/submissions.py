@@ -22,12 +22,12 @@ import heapq
 import itertools
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from controller import logs
 from controller.adapters.ratelimit import RateLimiter
+from controller.service.workers import DaemonPool
 
 log = logs.get("relaunch.submissions")
 
@@ -56,7 +56,7 @@ class SubmissionQueue:
         self._in_flight: dict[str, int] = {}  # job -> attempt a worker is submitting
         self._sequence = itertools.count()
         self._cond = threading.Condition()
-        self._workers = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="submit")
+        self._workers = DaemonPool(workers, "submit")
         self._stopped = False
         self._dispatcher = threading.Thread(target=self._dispatch, name="submit-dispatch", daemon=True)
         self._dispatcher.start()
@@ -99,7 +99,7 @@ class SubmissionQueue:
         with self._cond:
             self._stopped = True
             self._cond.notify_all()
-        self._workers.shutdown(wait=False, cancel_futures=True)
+        self._workers.stop()
 
     def _dispatch(self) -> None:
         while True:
@@ -115,7 +115,7 @@ class SubmissionQueue:
             if entry is None:
                 self._limiter.give_back()  # cleared while we waited: nobody used this slot
                 continue
-            self._workers.submit(self._run, entry)
+            self._workers.submit(lambda entry=entry: self._run(entry))
 
     def _pop(self) -> QueuedSubmission | None:
         with self._cond:
