@@ -358,6 +358,7 @@ class Engine:
         with self._lock(job_id):
             pending: list[ev.Event] = [event]
             state = None
+            fired_inline = False
             try:
                 while pending:
                     state, actions = self._decide_and_store(job_id, pending.pop(0))
@@ -365,6 +366,17 @@ class Engine:
                         return None
                     for action in actions:
                         pending.extend(self._execute(state, action))
+                        if (
+                            self._timer_workers is not None
+                            and isinstance(action, ScheduleWakeup)
+                            and action.at <= self.clock()
+                            and not fired_inline
+                        ):
+                            # Due already (a backoff of 0 after a reclaim): fire it here rather
+                            # than through the timer queue and a worker, once per event. The
+                            # queued wake-up still fires later and finds nothing left to do.
+                            fired_inline = True
+                            pending.append(ev.TimerFired())
             except Fenced as error:
                 self._deposed(f"state write refused: {error}")
             except LeaseNotHeld as error:
