@@ -128,8 +128,8 @@ class Settings(BaseSettings):
     loop_stall_seconds: float = Field(
         600.0,
         gt=0,
-        description="/healthz fails when the control loop has not completed an iteration for this long "
-        "(a wedged loop gets the instance restarted).",
+        description="/healthz fails when the control loop has not completed an iteration, or a reconcile "
+        "pass has run, for this long (a wedged loop or pass gets the instance restarted).",
     )
     stream_retry_max_seconds: float = Field(
         60.0, gt=0, description="Longest wait before reopening a subscription stream that ended."

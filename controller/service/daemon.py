@@ -2,9 +2,9 @@
 
 One loop owns the schedule: wait for the leader lease, and while leading keep both subscriptions
 open, start a reconcile pass every `reconcile_seconds`, and hand due wake-ups to workers. The
-pass runs on its own thread beside the loop, the event callbacks and the submission queue (per-job
-locks keep each job's decisions in order), so a preemption is recovered while a pass runs. A standby keeps
-serving HTTP (health, status, push deliveries, which it records: intake needs no leadership) but
+pass runs on its own thread beside the loop, the event callbacks and the submission queue
+(per-job locks keep each job's decisions in order), so a preemption is recovered while a pass
+runs. A standby keeps serving HTTP (health, status, push deliveries, which it records: intake needs no leadership) but
 pulls nothing and decides nothing.
 
 Leadership really ends. The lease is renewed on its own thread (`LeaseKeeper`), so a slow pass
@@ -174,6 +174,7 @@ class Controller:
         self.engine.queue_submissions(settings.submission_workers)
         self.engine.run_timers_on(settings.timer_workers)
         self._pass_thread: threading.Thread | None = None
+        self._pass_started_at = 0.0
         self.degradation = Degradation(self.alerts, settings.degraded_after_failed_passes)
         self.engine.health = self.degradation.source("reconcile")
         self.intake = Intake(self.engine, dead_letter=self._dead_letter)
@@ -415,6 +416,11 @@ class Controller:
         if stalled_for > self.settings.loop_stall_seconds:
             log.error("control loop stalled", stalled_seconds=round(stalled_for, 1))
             return False
+        # The pass runs beside the loop: a wedged one stalls reconciliation, not the loop.
+        pass_for = self.clock() - self._pass_started_at
+        if self._pass_running() and pass_for > self.settings.loop_stall_seconds:
+            log.error("reconcile pass stalled", stalled_seconds=round(pass_for, 1))
+            return False
         return True
 
     def is_ready(self) -> tuple[bool, str]:
@@ -537,6 +543,7 @@ class Controller:
             self._guarded(self.engine.reconcile, "reconcile")
             self.engine.timers.wake()
 
+        self._pass_started_at = self.clock()
         self._pass_thread = threading.Thread(target=run_pass, name="reconcile", daemon=True)
         self._pass_thread.start()
 
