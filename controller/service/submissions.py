@@ -11,6 +11,7 @@ first attempt's intent), ties broken by arrival. One dispatcher thread takes a c
 first, then hands the head of the queue to a worker; so the slot is held before the worker looks
 the attempt up by its labels (a wait for quota never sits between the look-up and the create),
 and a slow submission (Vertex retrying through an outage) holds one worker, not the queue.
+When nothing waits and a slot is free, an offer goes straight to a worker.
 
 Only an accelerator, like the timers: the job's state in the store says it is submitting, and
 the reconcile pass queues it again after a restart.
@@ -72,6 +73,11 @@ class SubmissionQueue:
                     return
                 ready_at = min(ready_at, queued.ready_at)  # a newer attempt keeps the job's place
             entry = QueuedSubmission(ready_at, next(self._sequence), job_id, attempt, action)
+            if not self._queued and self._limiter.acquire(timeout=0):
+                # Nobody waits and a slot is free: straight to a worker (one handoff less).
+                self._in_flight[job_id] = attempt
+                self._workers.submit(lambda entry=entry: self._run(entry))
+                return
             self._queued[job_id] = entry  # a replaced entry is skipped when popped
             heapq.heappush(self._heap, entry)
             self._cond.notify_all()
