@@ -4,7 +4,8 @@
 For each count N: devstack with simulated replicas (no process; the same JobService lifecycle
 and Cloud Logging events), N jobs brought to RUNNING by a set-up controller with the quotas
 lifted, then the measured controller (default settings: quotas, reconcile every 60 s, so passes
-run during the measurement) restarted on the same state. Then K of the jobs, spread over the N,
+run during the measurement) restarted on the same state; measuring starts once it has served the
+set-up's backlog of job events (no GetCustomJob for 10 s). Then K of the jobs, spread over the N,
 are reclaimed one at a time, each once its predecessor's replacement exists, and the latency is
 the time from the reclaimed job's end (Vertex `end_time`) to its replacement's CreateCustomJob
 (`create_time`), both stamped by the Vertex stand-in's clock.
@@ -76,6 +77,10 @@ def measure(active: int, preemptions: int, store: str) -> list[float]:
         controller.stop()
         controller = Controller(workdir, common, "controller.log")
         controller.wait_leader()
+        # The set-up left job events behind (QUEUED, PENDING, RUNNING of every job); the new
+        # controller reads each with a Get under the default read budget (600/min), which takes
+        # minutes at 1,000 jobs. Measure once that backlog is served: no Get for 10 s.
+        wait(lambda: _quiet(stack, 10.0), 1800, "the set-up's event backlog to be served", every=1.0)
         step = max(1, active // preemptions)
         victims = [job_ids[(i * step) % active] for i in range(preemptions)]
         latencies = []
@@ -96,6 +101,19 @@ def measure(active: int, preemptions: int, store: str) -> list[float]:
     finally:
         controller.stop()
         stack.stop()
+
+
+_last_gets: dict[str, float] = {}
+
+
+def _quiet(stack, seconds: float) -> bool:
+    """True once the Vertex stand-in has received no GetCustomJob for `seconds`."""
+    gets = stack.vertex.calls.counts().get("GetCustomJob", 0)
+    now = time.monotonic()
+    if _last_gets.get("count") != gets:
+        _last_gets.update(count=gets, since=now)
+        return False
+    return now - _last_gets["since"] >= seconds
 
 
 def main() -> int:
