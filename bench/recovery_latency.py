@@ -4,8 +4,8 @@
 For each count N: devstack with simulated replicas (no process; the same JobService lifecycle
 and Cloud Logging events), N jobs brought to RUNNING by a set-up controller with the quotas
 lifted, then the measured controller (default settings: quotas, reconcile every 60 s, so passes
-run during the measurement) restarted on the same state; measuring starts once it has served the
-set-up's backlog of job events (no GetCustomJob for 10 s). Then K of the jobs, spread over the N,
+run during the measurement) restarted on the same state, once the set-up controller has served its backlog of job events
+(no GetCustomJob for 10 s). Then K of the jobs, spread over the N,
 are reclaimed one at a time, each once its predecessor's replacement exists, and the latency is
 the time from the reclaimed job's end (Vertex `end_time`) to its replacement's CreateCustomJob
 (`create_time`), both stamped by the Vertex stand-in's clock.
@@ -74,13 +74,14 @@ def measure(active: int, preemptions: int, store: str) -> list[float]:
             )
 
         wait(all_running, 1800, "every job to run", every=2.0)
+        # Every job's QUEUED, PENDING and RUNNING events are hints the controller reads with a
+        # Get; the set-up controller (read budget lifted) serves them all before it stops, or the
+        # measured one (600 reads/min) would spend minutes on that backlog first, in bursts of
+        # 600 a minute (so "no Get for a while" does not show it is done under the budget).
+        wait(lambda: _quiet(stack, 10.0), 1800, "the set-up's event backlog to be served", every=1.0)
         controller.stop()
         controller = Controller(workdir, common, "controller.log")
         controller.wait_leader()
-        # The set-up left job events behind (QUEUED, PENDING, RUNNING of every job); the new
-        # controller reads each with a Get under the default read budget (600/min), which takes
-        # minutes at 1,000 jobs. Measure once that backlog is served: no Get for 10 s.
-        wait(lambda: _quiet(stack, 10.0), 1800, "the set-up's event backlog to be served", every=1.0)
         step = max(1, active // preemptions)
         victims = [job_ids[(i * step) % active] for i in range(preemptions)]
         latencies = []
