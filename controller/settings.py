@@ -137,8 +137,8 @@ class Settings(BaseSettings):
     loop_stall_seconds: float = Field(
         600.0,
         gt=0,
-        description="/healthz fails when the control loop has not completed an iteration for this long "
-        "(a wedged loop gets the instance restarted).",
+        description="/healthz fails when the control loop has not completed an iteration, or a reconcile "
+        "pass has run, for this long (a wedged loop or pass gets the instance restarted).",
     )
     stream_retry_max_seconds: float = Field(
         60.0, gt=0, description="Longest wait before reopening a subscription stream that ended."
@@ -192,6 +192,18 @@ class Settings(BaseSettings):
         ge=1,
         description="Documents a sweep reads per reconcile pass, so that it never makes one pass long "
         "(10,000 jobs: 50 passes).",
+    )
+    submission_workers: int = Field(
+        8,
+        ge=1,
+        description="Threads that submit CustomJobs taken from the create queue (oldest ready job first, "
+        "one create-quota slot each); a submission retrying through an outage holds one of them.",
+    )
+    timer_workers: int = Field(
+        8,
+        ge=1,
+        description="Threads that serve due wake-ups, so that one job's slow call never delays "
+        "another job's timer.",
     )
 
     # Serving.

@@ -11,8 +11,8 @@ from collections.abc import Callable
 class RateLimiter:
     """Allows at most `limit` acquisitions in any `window` seconds; `acquire` waits for room.
 
-    Fairness across jobs does not come from here: the engine hands submissions to the limiter in
-    the order their intents were recorded (oldest first).
+    Fairness across jobs does not come from here: the controller's submission queue
+    (`service.submissions`) takes the slots one at a time and hands them out oldest job first.
     """
 
     def __init__(self, limit: int, window: float = 60.0, clock: Callable[[], float] = time.monotonic):
@@ -39,3 +39,10 @@ class RateLimiter:
                         return False
                     wait = min(wait, deadline - now)
                 self._cond.wait(max(wait, 0.001))
+
+    def give_back(self) -> None:
+        """Return the latest slot unused (it was taken for work that went away meanwhile)."""
+        with self._cond:
+            if self._granted:
+                self._granted.pop()
+                self._cond.notify_all()

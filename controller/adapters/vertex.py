@@ -304,8 +304,12 @@ class VertexBackend:
         *,
         create: bool,
         guard: Guard = _always_allowed,
+        slot_taken: bool = False,
     ) -> Submission:
         """Adopt the Vertex job of this attempt if one exists; otherwise create it (if asked).
+
+        `slot_taken`: the caller already holds a create slot for the first try (the submission
+        queue takes it before handing the job over); a retry takes a new one.
 
         Raises SubmitRejected for a permanent refusal; transient errors that outlast the retries
         propagate as google.api_core exceptions.
@@ -314,7 +318,9 @@ class VertexBackend:
             with try_:
                 if create:
                     # Quota first: the wait for it must not sit between the look-up and the create.
-                    self.creates.acquire()
+                    if not slot_taken:
+                        self.creates.acquire()
+                    slot_taken = False
                     guard(f"look up attempt {attempt} of {job_id} before creating it")
                 existing = self.find_attempt(job_id, attempt)
                 if existing:

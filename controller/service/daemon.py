@@ -1,8 +1,10 @@
 """`relaunch controller`: the long-lived daemon Cloud Run hosts.
 
 One loop owns the schedule: wait for the leader lease, and while leading keep both subscriptions
-open, run a reconcile pass every `reconcile_seconds`, and fire due wake-ups. A standby keeps
-serving HTTP (health, status, push deliveries, which it records: intake needs no leadership) but
+open, start a reconcile pass every `reconcile_seconds`, and hand due wake-ups to workers. The
+pass runs on its own thread beside the loop, the event callbacks and the submission queue
+(per-job locks keep each job's decisions in order), so a preemption is recovered while a pass
+runs. A standby keeps serving HTTP (health, status, push deliveries, which it records: intake needs no leadership) but
 pulls nothing and decides nothing.
 
 Leadership really ends. The lease is renewed on its own thread (`LeaseKeeper`), so a slow pass
@@ -167,6 +169,12 @@ class Controller:
             settings.topic_path(settings.dead_letter_topic),
             max_bytes=settings.dead_letter_max_bytes,
         )
+        # Creates wait for quota in their own ordered queue, timers run on workers: no caller
+        # (a Pub/Sub callback, the loop, the reconcile pass) ever waits for another job.
+        self.engine.queue_submissions(settings.submission_workers)
+        self.engine.run_timers_on(settings.timer_workers)
+        self._pass_thread: threading.Thread | None = None
+        self._pass_started_at = 0.0
         self.degradation = Degradation(self.alerts, settings.degraded_after_failed_passes)
         self.engine.health = self.degradation.source("reconcile")
         self.intake = Intake(self.engine, dead_letter=self._dead_letter)
@@ -383,7 +391,18 @@ class Controller:
 
     def job_document(self, job_id: str) -> dict | None:
         record = self.store.get(job_key(job_id))
-        return status_document(record.document) if record else None
+        if record is None:
+            return None
+        document = status_document(record.document)
+        position = self.engine.queue_position(job_id)
+        if position is not None:
+            # Only the leader knows the queue: the stored phase says "submitting" either way.
+            document["submissionQueue"] = {
+                "position": position,
+                "waiting": self.engine.submissions.waiting() if self.engine.submissions else position,
+                "summary": f"queued for submission, position {position} (waiting for a create-quota slot)",
+            }
+        return document
 
     def list_job_documents(self) -> list[dict]:
         return [status_document(r.document, with_timeline=False) for r in self.store.list(JOBS_PREFIX)]
@@ -396,6 +415,11 @@ class Controller:
         stalled_for = self.clock() - self._last_iteration_at
         if stalled_for > self.settings.loop_stall_seconds:
             log.error("control loop stalled", stalled_seconds=round(stalled_for, 1))
+            return False
+        # The pass runs beside the loop: a wedged one stalls reconciliation, not the loop.
+        pass_for = self.clock() - self._pass_started_at
+        if self._pass_running() and pass_for > self.settings.loop_stall_seconds:
+            log.error("reconcile pass stalled", stalled_seconds=round(pass_for, 1))
             return False
         return True
 
@@ -460,6 +484,8 @@ class Controller:
         if self.lease is not None:
             self.lease.abandon()
         self.engine.timers.clear()
+        if self.engine.submissions is not None:
+            self.engine.submissions.clear()
         self._close_streams()
         self._leading = False
         self._step_down_reason = None
@@ -492,18 +518,34 @@ class Controller:
                     )
                 self._pause_or_resume_intake()
                 if self._leading:
-                    if now >= self._next_reconcile:
-                        self._guarded(self.engine.reconcile, "reconcile")
-                        self._next_reconcile = self.clock() + self.settings.reconcile_seconds
+                    if now >= self._next_reconcile and not self._pass_running():
+                        # Periods count from a pass's start; a pass longer than the period is
+                        # followed by the next one as soon as it ends, never by two at once.
+                        self._next_reconcile = now + self.settings.reconcile_seconds
+                        self._start_pass()
                     self._guarded(self.engine.fire_due_timers, "timers")
                     self._guarded(self._supervise_streams, "stream supervision")
                     self._guarded(self._housekeeping, "housekeeping")
                 self._loop_turn_completed()
                 wait_until = self._next_reconcile if self._leading else next_lease_try
+                if self._pass_running():
+                    wait_until = self.clock() + 1.0  # the pass wakes us when it ends
                 self.engine.timers.wait(max(0.0, min(1.0, wait_until - self.clock())))
         finally:
             self._shutdown()
         return 0
+
+    def _pass_running(self) -> bool:
+        return self._pass_thread is not None and self._pass_thread.is_alive()
+
+    def _start_pass(self) -> None:
+        def run_pass() -> None:
+            self._guarded(self.engine.reconcile, "reconcile")
+            self.engine.timers.wake()
+
+        self._pass_started_at = self.clock()
+        self._pass_thread = threading.Thread(target=run_pass, name="reconcile", daemon=True)
+        self._pass_thread.start()
 
     def _guarded(self, fn, what: str) -> None:
         try:
@@ -556,6 +598,7 @@ class Controller:
             log.warning("subscriptions not drained in time; releasing the lease first")
         self._release_lease()  # unacked messages are redelivered to the successor: nothing is lost
         self._leading = False
+        self.engine.stop_workers()
         if self.http is not None:
             self.http.stop()
         if self.webhook is not None:

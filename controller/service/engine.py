@@ -13,6 +13,13 @@ Everything that reaches the controller ends up here (requests first pass `servic
     store's *live* jobs (its live index) each ticked; finished jobs cost nothing;
   - `fire_due_timers()`: backoff wake-ups.
 
+Served beside one another (the daemon): a create goes to the submission queue
+(`service.submissions`, oldest ready job first, one create slot at a time) and a due timer to a
+worker (`service.workers`), so neither the event path, the intake nor the reconcile pass waits
+for quota or for another job's slow call; per-job locks keep each job's decisions in order.
+Without them (`queue_submissions`/`run_timers_on` not called, as in the engine's own tests)
+everything runs on the caller's thread.
+
 Leadership: every side effect (CreateCustomJob, CancelCustomJob, a paging alert) first asks
 `guard`, which raises `LeaseNotHeld` once this controller may no longer act; a state write the
 store refuses as `Fenced` means another controller leads. Either way the engine reports it once
@@ -68,7 +75,9 @@ from controller.request import JobRequest, parse_request
 from controller.request.render import build_custom_job
 from controller.service.alerts import AlertSink, ReconcileHealth
 from controller.service.interval import IntervalKeeper
+from controller.service.submissions import QueuedSubmission, SubmissionQueue
 from controller.service.timers import TimerQueue
+from controller.service.workers import JobWorkers
 from controller.settings import Settings
 from controller.store import Fenced, StateStore, VersionConflict
 from controller.store.keys import CANCELS_PREFIX, JOBS_PREFIX, cancel_key, job_key
@@ -152,6 +161,23 @@ class Engine:
         self._sweep: Iterator[Any] | None = None
         self._swept: dict[str, str] = {}
         self._changed_during_sweep: set[str] = set()
+        self.submissions: SubmissionQueue | None = None  # None: submit on the caller's thread
+        self._timer_workers: JobWorkers | None = None  # None: fire timers on the caller's thread
+
+    def queue_submissions(self, workers: int) -> SubmissionQueue:
+        """From now on creates wait in an ordered queue for their quota slot, on its own threads."""
+        self.submissions = SubmissionQueue(self.vertex.creates, self._submit_queued, workers=workers)
+        return self.submissions
+
+    def run_timers_on(self, workers: int) -> None:
+        """From now on due timers are served by a pool of workers, not the caller's thread."""
+        self._timer_workers = JobWorkers(workers, name="timer")
+
+    def stop_workers(self) -> None:
+        if self.submissions is not None:
+            self.submissions.stop()
+        if self._timer_workers is not None:
+            self._timer_workers.stop()
 
     def remember_request(self, request: JobRequest) -> None:
         """The intake hands over a request it just stored, saving a parse on the first submit."""
@@ -273,6 +299,8 @@ class Engine:
 
     def _deposed(self, reason: str) -> None:
         self.timers.clear()
+        if self.submissions is not None:
+            self.submissions.clear()
         self._on_deposed(reason)
         raise Deposed(reason)
 
@@ -423,6 +451,10 @@ class Engine:
     def fire_due_timers(self) -> int:
         fired = 0
         for job_id in self.timers.pop_due():
+            if self._timer_workers is not None:
+                self._timer_workers.run(job_id, lambda job_id=job_id: self._poke_quietly(job_id))
+                fired += 1
+                continue
             try:
                 self.poke(job_id)
                 fired += 1
@@ -431,6 +463,14 @@ class Engine:
             except Exception:
                 log.exception("timer: job failed to converge", job_id=job_id)
         return fired
+
+    def _poke_quietly(self, job_id: str) -> None:
+        try:
+            self.poke(job_id)
+        except Deposed:
+            pass  # already reported through on_deposed
+        except Exception:
+            log.exception("timer: job failed to converge", job_id=job_id)
 
     def poke(self, job_id: str) -> JobState | None:
         """Re-derive what a job needs now: a recorded cancel first, then a timer tick."""
@@ -447,6 +487,7 @@ class Engine:
         with self._lock(job_id):
             pending: list[ev.Event] = [event]
             state = None
+            fired_inline = False
             try:
                 while pending:
                     before, state, actions = self._decide_and_store(job_id, pending.pop(0))
@@ -454,6 +495,17 @@ class Engine:
                         return None
                     for action in actions:
                         pending.extend(self._execute(state, action))
+                        if (
+                            self._timer_workers is not None
+                            and isinstance(action, ScheduleWakeup)
+                            and action.at <= self.clock()
+                            and not fired_inline
+                        ):
+                            # Due already (a backoff of 0 after a reclaim): fire it here rather
+                            # than through the timer queue and a worker, once per event. The
+                            # queued wake-up still fires later and finds nothing left to do.
+                            fired_inline = True
+                            pending.append(ev.TimerFired())
                     if before is not None:
                         # After the actions: reading the trainer's figures must not delay them.
                         self._learn_ending(before, state, self.clock())
@@ -497,6 +549,11 @@ class Engine:
         attempt = state.current.number if state.current else 0
         bound = log.bind(job_id=job_id, attempt=attempt)
         if isinstance(action, SubmitAttempt):
+            if action.create_if_missing and self.submissions is not None:
+                ready_at = self._ready_at(state)
+                self.submissions.offer(job_id, action.attempt, action, ready_at)
+                bound.info("queued for a create slot", ready_at=ready_at)
+                return []
             return self._submit(state, action)
         if isinstance(action, CancelVertexJob):
             bound.info("cancelling vertex job", vertex_job=action.vertex_name, for_attempt=action.attempt)
@@ -533,7 +590,49 @@ class Engine:
             return []
         raise TypeError(f"unknown action {action!r}")
 
-    def _submit(self, state: JobState, action: SubmitAttempt) -> list[ev.Event]:
+    @staticmethod
+    def _ready_at(state: JobState) -> float:
+        """When the job became ready to submit: the end of the attempt it replaces (the
+        preemption), else the first attempt's intent. The submission queue serves oldest first."""
+        if len(state.attempts) > 1 and state.attempts[-2].ended_at is not None:
+            return state.attempts[-2].ended_at
+        current = state.current
+        return current.intent_at if current is not None else state.created_at
+
+    def _submit_queued(self, entry: QueuedSubmission) -> None:
+        """A submission worker's turn, holding a create slot: submit if the job still wants it."""
+        job_id = entry.job_id
+        try:
+            with self._lock(job_id):
+                record = self.store.get(job_key(job_id))
+                state = None if record is None else JobState.from_dict(record.document["state"])
+                current = None if state is None else state.current
+                if (
+                    state is None
+                    or current is None
+                    or current.number != entry.attempt
+                    or current.ended
+                    or current.vertex_name is not None
+                    or state.phase.terminal
+                    or state.phase is Phase.CANCELLING
+                ):
+                    self.vertex.creates.give_back()  # nothing to create any more
+                    log.info("queued submission no longer needed", job_id=job_id, attempt=entry.attempt)
+                    return
+                try:
+                    events = self._submit(state, entry.action, slot_taken=True)
+                except LeaseNotHeld as error:
+                    self._deposed(str(error))
+                for event in events:
+                    self.apply(job_id, event)
+        except Deposed:
+            pass  # reported through on_deposed; the new leader submits from the stored state
+
+    def queue_position(self, job_id: str) -> int | None:
+        """1-based place of this job among those waiting for a create slot, or None."""
+        return None if self.submissions is None else self.submissions.position(job_id)
+
+    def _submit(self, state: JobState, action: SubmitAttempt, *, slot_taken: bool = False) -> list[ev.Event]:
         job_id = state.job_id
         bound = log.bind(job_id=job_id, attempt=action.attempt)
         request = self._request(job_id)
@@ -561,7 +660,12 @@ class Engine:
         _crash_point("after-intent")
         try:
             submission = self.vertex.ensure_attempt(
-                job_id, action.attempt, build, create=action.create_if_missing, guard=self.guard
+                job_id,
+                action.attempt,
+                build,
+                create=action.create_if_missing,
+                guard=self.guard,
+                slot_taken=slot_taken,
             )
         except SubmitRejected as error:
             bound.error("vertex rejected the job", error=str(error))

@@ -5,8 +5,19 @@ the body (base.py); a partial index over the live rows makes `list_live` cost wh
 documents cost, however many finished ones the file holds. A file from before the column is
 upgraded when opened: the column is added and filled from the bodies once.
 
-Each write is a single transaction with `synchronous=FULL`, so a record that `put` returned for is
-on disk and survives `kill -9` (and a power cut, as far as the file system keeps its promises).
+Every write is committed with `synchronous=FULL` before it returns, so a record that `create` or
+`put` returned for is on disk and survives `kill -9` (and a power cut, as far as the file system
+keeps its promises).
+
+Group commit: writes that arrive from several threads at once (the subscriber's callbacks, the
+engine's workers) share one transaction, and so one fsync. A writer queues its write and then
+either finds it committed by another thread's batch or commits the whole queue itself. Each write
+runs inside its own savepoint, so one write's refusal (AlreadyExists, VersionConflict, Fenced)
+undoes only that write; no writer returns before the COMMIT that holds its write has returned,
+so a crash mid-batch loses only writes nobody was told about.
+
+Reads use a second connection (WAL lets it read the last commit while a batch is being written),
+so they never wait behind an fsync.
 """
 
 from __future__ import annotations
@@ -14,7 +25,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +33,7 @@ from controller.store.base import (
     AlreadyExists,
     Fenced,
     Liveness,
+    StoreError,
     VersionConflict,
     Versioned,
     check_key,
@@ -42,20 +54,40 @@ CREATE TABLE IF NOT EXISTS fence_floor (
 """
 
 
+class _Write:
+    """One queued write: `run` executes it on the writing connection inside the batch."""
+
+    __slots__ = ("run", "done", "result", "error")
+
+    def __init__(self, run: Callable[[sqlite3.Connection], Any]):
+        self.run = run
+        self.done = False
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+
 class SqliteStateStore:
     def __init__(self, path: str | Path, *, liveness: Liveness = is_live):
         self.path = str(path)
         self._liveness = liveness
         if self.path != ":memory:":
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        # One connection guarded by a lock: the controller's writes are few and small.
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30.0)
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the writing connection: held by the thread committing a batch
+        self._queue: list[_Write] = []
+        self._queue_lock = threading.Lock()
         with self._lock:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
             self._db.executescript(_SCHEMA)
             self._add_live_index()
+        if self.path == ":memory:":  # a second connection would open a different database
+            self._reader, self._read_lock = self._db, self._lock
+        else:
+            self._reader = sqlite3.connect(
+                self.path, check_same_thread=False, isolation_level=None, timeout=30.0
+            )
+            self._read_lock = threading.Lock()
 
     def _add_live_index(self) -> None:
         columns = {row[1] for row in self._db.execute("PRAGMA table_info(documents)")}
@@ -72,35 +104,81 @@ class SqliteStateStore:
         self._db.execute("CREATE INDEX IF NOT EXISTS documents_live ON documents (key) WHERE live = 1")
 
     def close(self) -> None:
+        if self._reader is not self._db:
+            with self._read_lock:
+                self._reader.close()
         with self._lock:
             self._db.close()
 
     def get(self, key: str) -> Versioned | None:
         check_key(key)
-        with self._lock:
-            row = self._db.execute("SELECT body, version FROM documents WHERE key = ?", (key,)).fetchone()
+        with self._read_lock:
+            row = self._reader.execute("SELECT body, version FROM documents WHERE key = ?", (key,)).fetchone()
         return Versioned(key, json.loads(row[0]), row[1]) if row else None
+
+    # -- group commit ------------------------------------------------------------------------
+    def _write(self, run: Callable[[sqlite3.Connection], Any]) -> Any:
+        """Queue one write and return once a COMMIT holding it has returned (or raise its error)."""
+        write = _Write(run)
+        with self._queue_lock:
+            self._queue.append(write)
+        while True:
+            with self._lock:
+                if not write.done:
+                    # Still queued (a batch in progress when it was queued did not take it):
+                    # commit everything queued now, this write included.
+                    with self._queue_lock:
+                        batch, self._queue = self._queue, []
+                    self._commit(batch)
+            if write.done:
+                break
+        if write.error is not None:
+            raise write.error
+        return write.result
+
+    def _commit(self, batch: list[_Write]) -> None:
+        db = self._db
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                for write in batch:
+                    db.execute("SAVEPOINT one_write")
+                    try:
+                        write.result = write.run(db)
+                    except (StoreError, sqlite3.IntegrityError) as error:
+                        db.execute("ROLLBACK TO one_write")  # undo this write only
+                        write.error = error
+                    db.execute("RELEASE one_write")
+                db.execute("COMMIT")
+            except BaseException:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                raise
+        except BaseException as error:
+            # Nothing of this batch is durable: every writer in it gets the error.
+            for write in batch:
+                write.result, write.error = None, error
+        for write in batch:
+            write.done = True
 
     def create(self, key: str, document: dict[str, Any], *, fence: int = 0) -> int:
         check_key(key)
         body = json.dumps(document, sort_keys=True)
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
+        live = int(self._liveness(key, document))
+
+        def run(db: sqlite3.Connection) -> int:
+            if fence > 0:
+                self._check_floor(key, fence)
             try:
-                if fence > 0:
-                    self._check_floor(key, fence)
-                self._db.execute(
+                db.execute(
                     "INSERT INTO documents (key, body, version, fence, live) VALUES (?, ?, 1, ?, ?)",
-                    (key, body, fence, int(self._liveness(key, document))),
+                    (key, body, fence, live),
                 )
-                self._db.execute("COMMIT")
             except sqlite3.IntegrityError:
-                self._db.execute("ROLLBACK")
                 raise AlreadyExists(key) from None
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-        return 1
+            return 1
+
+        return self._write(run)
 
     def _check_floor(self, key: str, fence: int) -> None:
         row = self._db.execute("SELECT fence FROM fence_floor WHERE id = 1").fetchone()
@@ -108,39 +186,37 @@ class SqliteStateStore:
             raise Fenced(f"{key}: a controller with fence {row[0]} leads now, this writer has {fence}")
 
     def raise_fence(self, fence: int) -> None:
-        with self._lock:
-            self._db.execute(
+        def run(db: sqlite3.Connection) -> None:
+            db.execute(
                 "INSERT INTO fence_floor (id, fence) VALUES (1, ?) "
                 "ON CONFLICT(id) DO UPDATE SET fence = MAX(fence, excluded.fence)",
                 (fence,),
             )
 
+        self._write(run)
+
     def put(self, key: str, document: dict[str, Any], *, expected_version: int, fence: int = 0) -> int:
         check_key(key)
         body = json.dumps(document, sort_keys=True)
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                row = self._db.execute(
-                    "SELECT version, fence FROM documents WHERE key = ?", (key,)
-                ).fetchone()
-                if row is None or row[0] != expected_version:
-                    raise VersionConflict(
-                        f"{key}: expected version {expected_version}, "
-                        f"found {'nothing' if row is None else row[0]}"
-                    )
-                if fence < row[1]:
-                    raise Fenced(f"{key}: written under fence {row[1]}, this writer has {fence}")
-                self._check_floor(key, fence)
-                self._db.execute(
-                    "UPDATE documents SET body = ?, version = ?, fence = ?, live = ? WHERE key = ?",
-                    (body, expected_version + 1, fence, int(self._liveness(key, document)), key),
+        live = int(self._liveness(key, document))
+
+        def run(db: sqlite3.Connection) -> int:
+            row = db.execute("SELECT version, fence FROM documents WHERE key = ?", (key,)).fetchone()
+            if row is None or row[0] != expected_version:
+                raise VersionConflict(
+                    f"{key}: expected version {expected_version}, "
+                    f"found {'nothing' if row is None else row[0]}"
                 )
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-        return expected_version + 1
+            if fence < row[1]:
+                raise Fenced(f"{key}: written under fence {row[1]}, this writer has {fence}")
+            self._check_floor(key, fence)
+            db.execute(
+                "UPDATE documents SET body = ?, version = ?, fence = ?, live = ? WHERE key = ?",
+                (body, expected_version + 1, fence, live, key),
+            )
+            return expected_version + 1
+
+        return self._write(run)
 
     def list(self, prefix: str = "") -> Iterator[Versioned]:
         return self._select(prefix, "")
@@ -149,21 +225,25 @@ class SqliteStateStore:
         return self._select(prefix, "live = 1 AND ")
 
     def _select(self, prefix: str, condition: str) -> Iterator[Versioned]:
-        escaped = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-        with self._lock:
-            rows = self._db.execute(
-                f"SELECT key, body, version FROM documents WHERE {condition}key LIKE ? ESCAPE '\\' "
-                "ORDER BY key",
-                (escaped + "%",),
+        # A key range, not LIKE, so that the primary key's index is used: a prefix listing costs
+        # what it returns, not a scan of every document (the intake lists on every request).
+        # Every key character sorts below DEL (0x7f), so prefix + DEL bounds the prefix.
+        with self._read_lock:
+            rows = self._reader.execute(
+                f"SELECT key, body, version FROM documents WHERE {condition}key >= ? AND key < ? ORDER BY key",
+                (prefix, prefix + "\x7f"),
             ).fetchall()
         for key, body, version in rows:
             yield Versioned(key, json.loads(body), version)
 
     def delete(self, key: str, *, expected_version: int) -> None:
         check_key(key)
-        with self._lock:
-            cursor = self._db.execute(
+
+        def run(db: sqlite3.Connection) -> None:
+            cursor = db.execute(
                 "DELETE FROM documents WHERE key = ? AND version = ?", (key, expected_version)
             )
-        if cursor.rowcount != 1:
-            raise VersionConflict(f"{key}: not at version {expected_version}")
+            if cursor.rowcount != 1:
+                raise VersionConflict(f"{key}: not at version {expected_version}")
+
+        self._write(run)

@@ -8,10 +8,11 @@ import re
 import sys
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent import futures
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import grpc
 from google.cloud.aiplatform_v1 import (
@@ -34,7 +35,7 @@ from devstack.calls import CallLog
 from devstack.vertex import events
 from devstack.vertex.behaviour import QUOTA_TEXT, VertexBehaviour
 from devstack.vertex.errors import ApiError
-from devstack.vertex.faults import ApiFaults, Quotas
+from devstack.vertex.faults import ApiDelays, ApiFaults, Quotas
 from devstack.vertex.filters import FilterError, parse_filter
 from devstack.vertex.jobrun import TERMINAL_STATES, JobRecord, JobRunner, Reclaim, Stockout
 from devstack.vertex.service import JobServiceHandler
@@ -118,6 +119,7 @@ class VertexEmulator:
         self._lost_create_replies = 0
         self.behaviour = behaviour or VertexBehaviour()
         self.faults = ApiFaults()
+        self.delays = ApiDelays()
         self.quotas = Quotas()
         self.calls = CallLog()  # every RPC received, by method (devstack.calls)
         self._events = events.EventDispatcher(event_sink)
@@ -470,6 +472,18 @@ class VertexEmulator:
     ) -> None:
         """Answer ``rate`` of RPCs with one of ``codes`` instead of serving them; 0 clears."""
         self.faults.configure(rate, codes, seed)
+
+    def set_api_delay(
+        self,
+        method: str,
+        seconds: float = 0.0,
+        *,
+        until: threading.Event | None = None,
+        only_if: Callable[[Any], bool] | None = None,
+    ) -> None:
+        """Serve ``method`` RPCs (e.g. "ListCustomJobs") ``seconds`` late, or hold them until the
+        event ``until`` is set; ``only_if(request)`` picks which; 0 and no event clears."""
+        self.delays.configure(method, seconds, until=until, only_if=only_if)
 
     def set_quota(self, enabled: bool, creates_per_minute: int = 60, other_per_minute: int = 600) -> None:
         """Enforce Vertex's per-minute limits; over them an RPC gets RESOURCE_EXHAUSTED."""

@@ -6,7 +6,8 @@ import random
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import grpc
 
@@ -54,6 +55,57 @@ class ApiFaults:
             if self._rate <= 0 or self._random.random() >= self._rate:
                 return None
             return self._random.choice(self._codes)
+
+
+class ApiDelays:
+    """Serve chosen RPCs late (a slow ListCustomJobs, say): no documented latency is modelled;
+    this is fault injection, e.g. to make a controller's reconcile pass slow. A delay is a fixed
+    time, or a gate (`until`): the call is held until the gate is set (at most `HOLD_LIMIT`
+    seconds, so a forgotten gate cannot wedge the stand-in). `only_if` picks the requests."""
+
+    HOLD_LIMIT = 600.0
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._rules: dict[str, tuple[float, threading.Event | None, Callable[[Any], bool] | None]] = {}
+        self._held: dict[str, int] = {}  # method -> calls being held right now
+
+    def configure(
+        self,
+        method: str,
+        seconds: float = 0.0,
+        *,
+        until: threading.Event | None = None,
+        only_if: Callable[[Any], bool] | None = None,
+    ) -> None:
+        if seconds < 0:
+            raise ValueError(f"a delay must not be negative, got {seconds}")
+        with self._lock:
+            if seconds or until is not None:
+                self._rules[method] = (seconds, until, only_if)
+            else:
+                self._rules.pop(method, None)
+
+    def held(self, method: str) -> int:
+        with self._lock:
+            return self._held.get(method, 0)
+
+    def apply(self, method: str, request: Any) -> None:
+        """Called before serving `request`: wait as configured (on the serving thread)."""
+        with self._lock:
+            rule = self._rules.get(method)
+            if rule is None or (rule[2] is not None and not rule[2](request)):
+                return
+            self._held[method] = self._held.get(method, 0) + 1
+        seconds, gate, _ = rule
+        try:
+            if gate is not None:
+                gate.wait(self.HOLD_LIMIT)
+            else:
+                time.sleep(seconds)  # injected latency, not synchronisation
+        finally:
+            with self._lock:
+                self._held[method] -= 1
 
 
 class SlidingWindowQuota:

@@ -97,6 +97,7 @@ class JobServiceHandler(grpc.GenericRpcHandler):
     def _guarded(self, name: str, method: _Method) -> Callable[[Any, grpc.ServicerContext], Any]:
         def behaviour(request: Any, context: grpc.ServicerContext) -> Any:
             self._emulator.calls.record(name, getattr(request, "name", "") or "")
+            self._emulator.delays.apply(name, request)  # injected latency, if any (ApiDelays)
             fault = self._emulator.faults.draw()
             if fault is not None:
                 context.abort(fault, f"devstack: injected {fault.name} fault.")

@@ -102,6 +102,48 @@ class StateStoreContract:
         assert len(outcomes) == 8 and len(winners) == 1
         assert store.get("job-a").document == {"n": winners[0]}
 
+    def test_concurrent_creates_each_stand_alone_and_a_refused_one_undoes_only_itself(self, store):
+        # Writes arriving together may share a commit (the SQLite store's group commit): each
+        # create that returned must read back, and the refused duplicate or fenced ones must
+        # neither land nor take anyone else's write with them.
+        store.raise_fence(5)
+        store.create("jobs/taken", {"n": "first"})
+        barrier = threading.Barrier(12)
+        outcomes: dict[str, str] = {}
+
+        def writer(i: int) -> None:
+            key = "jobs/taken" if i % 4 == 0 else f"jobs/w{i:02d}"
+            fence = 1 if i % 4 == 1 else 0  # below the floor: refused
+            barrier.wait()
+            try:
+                store.create(key, {"n": i}, fence=fence)
+                outcomes[f"{i}"] = "created"
+            except AlreadyExists:
+                outcomes[f"{i}"] = "exists"
+            except Fenced:
+                outcomes[f"{i}"] = "fenced"
+
+        threads = [threading.Thread(target=writer, args=(i,)) for i in range(12)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=30)
+        assert len(outcomes) == 12
+        for i in range(12):
+            want = "exists" if i % 4 == 0 else "fenced" if i % 4 == 1 else "created"
+            assert outcomes[f"{i}"] == want, (i, outcomes)
+            if want == "created":
+                assert store.get(f"jobs/w{i:02d}").document == {"n": i}
+            elif want == "fenced":
+                assert store.get(f"jobs/w{i:02d}") is None
+        assert store.get("jobs/taken").document == {"n": "first"}
+
+    def test_list_of_a_prefix_holds_only_that_prefix(self, store):
+        for key in ("jobs", "jobs-x/a", "jobs/a", "jobs/a/b", "jobsz", "job/a"):
+            store.create(key, {})
+        assert [v.key for v in store.list("jobs/")] == ["jobs/a", "jobs/a/b"]
+        assert [v.key for v in store.list("jobs/a/")] == ["jobs/a/b"]
+
     def test_list_by_prefix_in_key_order(self, store):
         for key in ("jobs/b", "jobs/a", "rejected/x", "jobs/c"):
             store.create(key, {"key": key})

@@ -175,7 +175,10 @@ def test_durations_read_like_a_person_would_write_them(seconds, text):
 def test_summary_names_every_part():
     text = compute(stored(Phase.SUCCEEDED, *PREEMPTED_THEN_SUCCEEDED), now=0).summary()
     assert text.startswith("goodput 57.7% of 4m20s: productive 2m30s, unproductive running 50s")
-    assert "waiting for capacity 30s, restarting 30s (step rate 1 steps/s; estimated from checkpoint steps)" in text
+    assert (
+        "waiting for capacity 30s, restarting 30s (step rate 1 steps/s; estimated from checkpoint steps)"
+        in text
+    )
 
 
 def test_the_trainers_exit_record_figures_replace_the_estimate_where_present():
