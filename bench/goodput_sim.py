@@ -29,14 +29,19 @@ Policies compared at each grid point:
   adaptive    `controller.core.checkpoint_interval.choose_interval`: starts from the Spot prior,
               updates the estimate after every ending (work-losing, saved reclaim or the final
               success, each with its training time as exposure; an ending during the restart
-              teaches nothing) and picks the interval of each new attempt by minimising the
-              posterior-expected time per unit of work; knows C, W and R as the controller would
-              measure them; min 60 s, max 24 h
-  adapt-mean  the same, but at the posterior-mean rates only (`nodes=1`), to show what averaging
-              over the posterior's uncertainty buys
+              teaches nothing) and picks the interval of each new attempt from the rates and the
+              replay of the last 128 attempt lifetimes it saw (what a controller observes: never
+              the process or its parameters); knows C, W and R as the controller would measure
+              them; min 60 s, max 24 h
+  const-haz   the same estimate with its lifetimes dropped: the constant-hazard choice from the
+              rates alone (what the adaptive policy was before it kept lifetimes), to show what the
+              lifetimes buy
 
-    python bench/goodput_sim.py --quick --jobs 2   # 32 settings: about 35 s of CPU in all
-    python bench/goodput_sim.py --jobs 2           # 192 settings: about 5 min of CPU in all
+    python bench/goodput_sim.py --quick --jobs 2   # 32 settings
+    python bench/goodput_sim.py --jobs 2           # 192 settings: the M = 1 h points dominate
+    python bench/goodput_sim.py --only "bursty 30h 900s" --only "weibull1.5 1h"   # selected rows
+
+Measured figures are in bench/README.md.
 """
 
 from __future__ import annotations

@@ -40,6 +40,12 @@ approximates), extended with the endings that lose nothing: a saved reclaim rest
 and with it the interval clock, for free, so where most reclaims are saved the best interval is
 longer than Daly's. It minimises the posterior-expected time per unit of work (details above
 `work_rate`), then applies the write-time floor and the user's min/max.
+
+Endings need not arrive at a constant rate (machines reclaimed more often the longer they are
+held, or in zone-wide bursts). So the estimate also keeps the last LIFETIMES_KEPT attempts' own
+lifetimes, and the choice replays them at each candidate interval, shrunk towards the model above
+while they are few (details under "Beyond a constant hazard"). Books without lifetimes (written
+before they were kept) choose exactly as before.
 """
 
 from __future__ import annotations
