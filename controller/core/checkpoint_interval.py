@@ -516,9 +516,9 @@ def _golden_max(
 # section), wider than shape effects move it in bench/goodput_sim.py (a factor of about 1.5).
 # Each lost lifetime is spread uniformly over +-REPLAY_BANDWIDTH of itself (a kernel estimate of
 # the lifetime distribution): the committed checkpoints jump at multiples of the cycle, and
-# without the spread the best step of the replayed staircase is mostly noise (in the simulator,
-# 128 raw lifetimes at weibull1.5 M = 1 h C = 900 s picked intervals up to 40 % too long and lost
-# about 2 % of goodput). n0 = 8, 128 kept and +-25 % were chosen on bench/goodput_sim.py: a larger
+# without the spread the best step of the replayed staircase is mostly noise (with simulated
+# weibull1.5 lifetimes, M = 1 h, C = 900 s, 128 raw ones picked intervals up to 40 % too long, losing
+# about 2 % of goodput). n0 = 8, 128 kept and +-25 % were chosen on such runs and the simulator: a larger
 # n0 slows learning a shape from few attempts, a smaller one or no spread lets noise through.
 # The replay keeps each ending's kind with its own lifetime, so it needs no assumption on whether
 # work-losing endings come early or late in an attempt.
