@@ -29,14 +29,19 @@ Policies compared at each grid point:
   adaptive    `controller.core.checkpoint_interval.choose_interval`: starts from the Spot prior,
               updates the estimate after every ending (work-losing, saved reclaim or the final
               success, each with its training time as exposure; an ending during the restart
-              teaches nothing) and picks the interval of each new attempt by minimising the
-              posterior-expected time per unit of work; knows C, W and R as the controller would
-              measure them; min 60 s, max 24 h
-  adapt-mean  the same, but at the posterior-mean rates only (`nodes=1`), to show what averaging
-              over the posterior's uncertainty buys
+              teaches nothing) and picks the interval of each new attempt from the rates and the
+              replay of the last 128 attempt lifetimes it saw (what a controller observes: never
+              the process or its parameters); knows C, W and R as the controller would measure
+              them; min 60 s, max 24 h
+  const-haz   the same estimate with its lifetimes dropped: the constant-hazard choice from the
+              rates alone (what the adaptive policy was before it kept lifetimes), to show what the
+              lifetimes buy
 
-    python bench/goodput_sim.py --quick --jobs 2   # 32 settings: about 35 s of CPU in all
-    python bench/goodput_sim.py --jobs 2           # 192 settings: about 5 min of CPU in all
+    python bench/goodput_sim.py --quick --jobs 2   # 32 settings
+    python bench/goodput_sim.py --jobs 2           # 192 settings: the M = 1 h points dominate
+    python bench/goodput_sim.py --only "bursty 30h 900s" --only "weibull1.5 1h"   # selected rows
+
+Measured figures are in bench/README.md.
 """
 
 from __future__ import annotations
@@ -48,7 +53,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -60,7 +65,6 @@ from controller.core.checkpoint_interval import (
     SPOT_PRIOR,
     EndingKind,
     RateEstimate,
-    best_interval,
     choose_interval,
     daly_interval,
 )
@@ -256,16 +260,12 @@ def adaptive_policy(setting: Setting) -> Policy:
     return policy
 
 
-def posterior_mean_policy(setting: Setting) -> Policy:
+def constant_hazard_policy(setting: Setting) -> Policy:
+    """The adaptive policy blind to the lifetimes' shape: rates only (the choice before lifetimes were kept)."""
+    adaptive = adaptive_policy(setting)
+
     def policy(estimate: RateEstimate) -> float:
-        tau = best_interval(
-            estimate,
-            setting.checkpoint_cost,
-            restart_cost=setting.restart_cost,
-            write_seconds=setting.write_seconds,
-            nodes=1,
-        )
-        return min(ADAPTIVE_MAX, max(ADAPTIVE_MIN, setting.write_seconds, tau))
+        return adaptive(replace(estimate, lifetimes=()))
 
     return policy
 
@@ -287,7 +287,7 @@ class PointResult:
     closed: float
     closed_tau: float
     adaptive: float
-    adaptive_mean: float
+    constant_hazard: float
     adaptive_taus: tuple[float, float]  # median interval of the first and of the last attempts
     diff_se: float  # standard error of the paired (adaptive - best) goodput difference
 
@@ -316,15 +316,15 @@ def _run_point_on_grid(
     attempts = int(3 * expected_attempts) + 100
     fixed = np.concatenate([grid, [DEFAULT_INTERVAL, centre]])
     n_fixed = len(fixed)
-    # Lanes: every (replication, fixed interval), then the adaptive lanes, then the adapt-mean lanes.
+    # Lanes: every (replication, fixed interval), then the adaptive lanes, then the const-haz lanes.
     reps = np.arange(replications)
     lane_rep = np.concatenate([np.repeat(reps, n_fixed), reps, reps])
     fixed_tau = np.concatenate([np.tile(fixed, replications), np.full(2 * replications, np.nan)])
     first_policy = n_fixed * replications
     adaptive = adaptive_policy(setting)
-    mean_policy = posterior_mean_policy(setting)
+    blind_policy = constant_hazard_policy(setting)
     policies: dict[int, Policy] = {first_policy + i: adaptive for i in range(replications)}
-    policies |= {first_policy + replications + i: mean_policy for i in range(replications)}
+    policies |= {first_policy + replications + i: blind_policy for i in range(replications)}
     while True:
         # Every policy runs on the same environment; if a poor one needs more attempts than were
         # drawn, all of them run again on a longer one.
@@ -338,7 +338,7 @@ def _run_point_on_grid(
     means = per_fixed.mean(axis=0)
     best_index = int(np.argmax(means[: len(grid)]))
     adaptive_runs = out.goodput[first_policy : first_policy + replications]
-    mean_runs = out.goodput[first_policy + replications :]
+    blind_runs = out.goodput[first_policy + replications :]
     diff = adaptive_runs - per_fixed[:, best_index]
     first_taus = [out.taus[first_policy + i][0] for i in range(replications)]
     last_taus = [out.taus[first_policy + i][-1] for i in range(replications)]
@@ -351,7 +351,7 @@ def _run_point_on_grid(
         closed=float(means[len(grid) + 1]),
         closed_tau=centre,
         adaptive=float(adaptive_runs.mean()),
-        adaptive_mean=float(mean_runs.mean()),
+        constant_hazard=float(blind_runs.mean()),
         adaptive_taus=(float(np.median(first_taus)), float(np.median(last_taus))),
         diff_se=float(diff.std(ddof=1) / math.sqrt(replications)) if replications > 1 else float("nan"),
     )
@@ -404,7 +404,7 @@ def _print_row(res: PointResult) -> None:
     print(
         f"{s.process:<11}{s.mtbf / HOUR:>4g}h{s.checkpoint_cost:>4.0f}s{s.save_success:>5.1f} | "
         f"{res.default:7.4f} {res.best:6.4f}{_fmt_tau(res.best_tau):>6}{'*' if res.best_at_edge else ' '}"
-        f"{res.closed:6.4f}{_fmt_tau(res.closed_tau):>6} {res.adaptive:6.4f} {res.adaptive_mean:10.4f} | "
+        f"{res.closed:6.4f}{_fmt_tau(res.closed_tau):>6} {res.adaptive:6.4f} {res.constant_hazard:9.4f} | "
         f"{100 * res.adaptive / res.best:6.2f}% {100 * res.diff_se / res.best:4.2f} "
         f"{100 * res.default / res.best:7.2f}% | "
         f"{_fmt_tau(res.adaptive_taus[0]):>9} -> {_fmt_tau(res.adaptive_taus[1]):<9}",
@@ -433,13 +433,20 @@ def main() -> int:
         "--prior-mtbf-hours", type=float, default=SPOT_PRIOR.mtbf / HOUR, help="adaptive prior mean MTBF"
     )
     parser.add_argument("--jobs", type=int, default=1, help="worker processes (grid points run in parallel)")
-    parser.add_argument("--only", default="", help="run only the settings whose row starts with this")
+    parser.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        help="run only the settings whose row starts with this (repeat for several)",
+    )
     args = parser.parse_args()
     prior = RateEstimate(alpha=args.prior_alpha, beta=args.prior_alpha * args.prior_mtbf_hours * HOUR)
     replications = args.replications or (24 if args.quick else 40)
     # Each setting keeps its seed (its place in the whole grid) when --only picks a few.
     settings = [
-        (i, s) for i, s in enumerate(grid_settings(args.quick, args)) if _row_key(s).startswith(args.only)
+        (i, s)
+        for i, s in enumerate(grid_settings(args.quick, args))
+        if not args.only or _row_key(s).startswith(tuple(args.only))
     ]
     print(
         f"{len(settings)} settings, {replications} replications each, {args.work_hours:.0f} h of work, "
@@ -449,7 +456,7 @@ def main() -> int:
     )
     header = (
         f"{'process':<11}{'M':>5}{'C':>5}{'save':>5} | {'default':>7} {'best':>6}{'@tau':>6} "
-        f"{'closed':>6}{'@tau':>6} {'adapt':>6} {'adapt-mean':>10} | {'ad/best':>7} {'±se':>5} "
+        f"{'closed':>6}{'@tau':>6} {'adapt':>6} {'const-haz':>9} | {'ad/best':>7} {'±se':>5} "
         f"{'def/best':>8} | {'adapt tau first->last':>21}"
     )
     print(header)
@@ -465,7 +472,7 @@ def main() -> int:
             _print_row(res)
     elapsed = time.perf_counter() - started
     worst = min(results, key=lambda r: r.adaptive / r.best)
-    worst_mean = min(results, key=lambda r: r.adaptive_mean / r.best)
+    worst_blind = min(results, key=lambda r: r.constant_hazard / r.best)
     worst_default = min(results, key=lambda r: r.default / r.best)
     worst_closed = min(results, key=lambda r: r.closed / r.best)
 
@@ -479,7 +486,8 @@ def main() -> int:
         f"(paired se {100 * worst.diff_se / worst.best:.2f} points)"
     )
     print(
-        f"worst adapt-mean/best: {100 * worst_mean.adaptive_mean / worst_mean.best:.2f}% at {where(worst_mean)}"
+        f"worst const-haz/best: {100 * worst_blind.constant_hazard / worst_blind.best:.2f}% "
+        f"at {where(worst_blind)}"
     )
     print(f"worst closed/best: {100 * worst_closed.closed / worst_closed.best:.2f}% at {where(worst_closed)}")
     print(
