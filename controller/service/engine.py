@@ -655,6 +655,7 @@ class Engine:
                 resume_from=action.resume_from_uri,
                 on_demand=action.on_demand,
                 checkpoint_interval_seconds=interval,
+                replicas=action.replicas,
             )
 
         _crash_point("after-intent")
@@ -696,6 +697,7 @@ class Engine:
                 vertex_job=submission.job.name,
                 resume_from=action.resume_from_uri,
                 on_demand=action.on_demand,
+                replicas=list(action.replicas) if action.replicas is not None else None,
             )
         else:
             bound.info("adopted existing vertex job", vertex_job=submission.job.name)
