@@ -14,6 +14,8 @@ from controller.request.fields import ElasticModel, parse_grow_back
 from controller.request.problems import Problem, format_path, short_repr
 
 MIN_REPLICA_FIELD = "minReplicaCount"
+# The proto spelling, accepted as every Vertex field's is.
+MIN_REPLICA_SPELLINGS = (MIN_REPLICA_FIELD, "min_replica_count")
 
 
 def split_min_replicas(spec_rest: Any) -> tuple[Any, dict[int, int], list[Problem]]:
@@ -24,11 +26,14 @@ def split_min_replicas(spec_rest: Any) -> tuple[Any, dict[int, int], list[Proble
     minimums: dict[int, int] = {}
     problems: list[Problem] = []
     for index, pool in enumerate(spec_rest["workerPoolSpecs"]):
-        if not isinstance(pool, dict) or MIN_REPLICA_FIELD not in pool:
+        spelling = next(
+            (name for name in MIN_REPLICA_SPELLINGS if isinstance(pool, dict) and name in pool), None
+        )
+        if spelling is None:
             pools.append(pool)
             continue
-        value = pool[MIN_REPLICA_FIELD]
-        path = format_path(("jobSpec", "workerPoolSpecs", index, MIN_REPLICA_FIELD))
+        value = pool[spelling]
+        path = format_path(("jobSpec", "workerPoolSpecs", index, spelling))
         if isinstance(value, bool) or not isinstance(value, int):
             problems.append(Problem(path, f"must be an integer (got {short_repr(value)})"))
         elif value < 1:
@@ -37,7 +42,7 @@ def split_min_replicas(spec_rest: Any) -> tuple[Any, dict[int, int], list[Proble
             )
         else:
             minimums[index] = value
-        pools.append({key: item for key, item in pool.items() if key != MIN_REPLICA_FIELD})
+        pools.append({key: item for key, item in pool.items() if key not in MIN_REPLICA_SPELLINGS})
     return {**spec_rest, "workerPoolSpecs": pools}, minimums, problems
 
 

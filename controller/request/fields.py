@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
     AfterValidator,
@@ -411,7 +411,9 @@ class JobRequestModel(_Strict):
     job_spec: dict[str, Any] = Field(
         description=(
             "A Vertex AI CustomJobSpec in REST (camelCase JSON) form, exactly what "
-            "`gcloud ai custom-jobs create --config` takes. Validated with the Vertex client library."
+            "`gcloud ai custom-jobs create --config` takes. Validated with the Vertex client library. "
+            "A workerPoolSpec may also carry Relaunch's minReplicaCount (1 to its replicaCount): the "
+            "fewest replicas the pool may run on (see elastic); it never reaches Vertex."
         ),
         json_schema_extra={
             "$comment": "https://cloud.google.com/vertex-ai/docs/reference/rest/v1/CustomJobSpec"
@@ -490,7 +492,9 @@ def _allowed_field_names(model: type[BaseModel] | None, parent: tuple) -> list[s
             return []
         match = next((f for name, f in model.model_fields.items() if (f.alias or name) == part), None)
         annotation = match.annotation if match else None
-        model = annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
+        # An optional block (`ElasticModel | None`) names its model inside the union.
+        candidates = (annotation, *get_args(annotation))
+        model = next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)
     if model is None:
         return []
     return [f.alias or name for name, f in model.model_fields.items()]
