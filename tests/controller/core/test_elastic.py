@@ -251,3 +251,23 @@ def test_reordered_events_never_make_more_than_one_replacement():
         for event in order:
             state = decide(state, event, at, random.Random(0)).state
         assert len(state.attempts) == 2 and state.current.replicas == MINIMUM, order
+
+
+def test_after_a_crash_that_lost_the_actions_the_next_passes_finish_the_replacement():
+    """The replacement is one state write; its actions (cancel attempt 1, create attempt 2) may be
+    lost to a crash. What is stored is enough: the timer asks for attempt 2 again (the shell
+    adopts a CustomJob it finds by its labels before it creates one), and the next sight of
+    attempt 1's live CustomJob cancels it."""
+    run = elastic_run()
+    run.submitted(1)
+    waiting(run, 1, at=1000.0 + SHRINK_AFTER)
+    stored = JobState.from_dict(run.state.to_dict())  # what the store holds; the actions are gone
+    restarted = Run(stored, now=run.now + 30)
+
+    again = restarted.feed(ev.TimerFired())
+    assert [(s.attempt, s.replicas, s.create_if_missing) for s in submits(again)] == [(2, MINIMUM, True)]
+    assert restarted.feed(ev.VertexObserved(1, vname(1), "QUEUED")) == [CancelVertexJob(vname(1), 1)]
+    # Attempt 2's CustomJob was created before the crash: found by its labels, adopted, not made twice.
+    restarted.feed(ev.VertexObserved(2, vname(2), "QUEUED"))
+    assert restarted.state.current.vertex_name == vname(2) and restarted.state.phase is Phase.QUEUED
+    assert len(restarted.state.attempts) == 2
