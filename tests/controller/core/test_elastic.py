@@ -271,3 +271,18 @@ def test_after_a_crash_that_lost_the_actions_the_next_passes_finish_the_replacem
     restarted.feed(ev.VertexObserved(2, vname(2), "QUEUED"))
     assert restarted.state.current.vertex_name == vname(2) and restarted.state.phase is Phase.QUEUED
     assert len(restarted.state.attempts) == 2
+
+
+def test_a_replaced_attempt_that_starts_anyway_is_cancelled_and_changes_nothing():
+    """Cancel is best effort on Vertex: the replaced CustomJob may still start (it got machines
+    between the read and the cancel). It is a stray: cancelled again, never adopted."""
+    run = elastic_run()
+    run.submitted(1)
+    waiting(run, 1, at=1000.0 + SHRINK_AFTER)
+    run.submitted(2)
+    before = run.state
+    actions = run.feed(ev.VertexObserved(1, vname(1), "RUNNING", start_time=run.now))
+    assert actions == [CancelVertexJob(vname(1), 1)] and run.state == before
+    # Its end, whatever it is, costs nothing either.
+    run.feed(ev.VertexObserved(1, vname(1), "CANCELLED", 1, "CANCELED", end_time=run.now))
+    assert run.state == before
