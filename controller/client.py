@@ -337,5 +337,8 @@ def with_goodput(document: dict, now: float, *, timeline: bool = True) -> dict:
         "waitingForCapacitySeconds": result.waiting_for_capacity,
         "restartingSeconds": result.restarting,
         "stepsPerSecond": result.step_rate,
+        # Work at the size actually run (an elastic job may run on fewer replicas).
+        "nodeSeconds": result.node_seconds,
+        "productiveNodeSeconds": result.productive_node_seconds,
     }
     return out
