@@ -87,10 +87,15 @@ class ElasticPolicy:
     def to_request_json(self) -> dict[str, Any]:
         """The request's `elastic` block (canonical form; the per-pool minimums live in jobSpec)."""
         if self.grow_back == GROW_AFTER:
-            grow: str = f"after:{self.grow_back_after_seconds:g}s"
+            grow = f"after:{_seconds_text(self.grow_back_after_seconds or 0.0)}"
         else:
             grow = self.grow_back
-        return {"shrinkAfter": f"{self.shrink_after_seconds:g}s", "growBack": grow}
+        return {"shrinkAfter": _seconds_text(self.shrink_after_seconds), "growBack": grow}
+
+
+def _seconds_text(seconds: float) -> str:
+    """'900s' or '90.5s': plain digits the request's duration syntax reads back (never '1e+06s')."""
+    return f"{int(seconds)}s" if float(seconds).is_integer() else f"{seconds!r}s"
 
 
 def nodes(size: Size) -> int:

@@ -59,6 +59,8 @@ def test_a_minimum_alone_gives_the_defaults():
         ({"shrinkAfter": 120, "growBack": "never"}, 120, GROW_NEVER, None),
         ({"growBack": "after:2h"}, 900, GROW_AFTER, 7200),
         ({"shrinkAfter": "90s", "growBack": "after: 30m"}, 90, GROW_AFTER, 1800),
+        ({"shrinkAfter": "30d", "growBack": "after:20d"}, 2592000, GROW_AFTER, 1728000),
+        ({"shrinkAfter": 90.25}, 90.25, GROW_EVERY_ATTEMPT, None),
     ],
 )
 def test_accepted_forms_and_their_canonical_round_trip(block, shrink_after, grow_back, after):
