@@ -80,6 +80,16 @@ def test_page_escapes_markup_and_shows_control_characters_visibly():
     assert "\\x1b[31mreclaimed" in html and "<svg" in html and "preempted" in html
 
 
+def test_the_page_shows_the_replicas_of_each_attempt_and_marks_a_shrunk_one():
+    document = _document("el", "elastic")
+    full = {**document["attempts"][0], "replicas": [1, 3], "shrunk": False}
+    shrunk = {**full, "number": 2, "replicas": [1, 1], "shrunk": True, "ending": None, "endedAt": None}
+    document = {**document, "attempts": [full, shrunk], "attempt": 2}
+    code, html = status_page.render("/jobs/el", _App([document]), now=200.0)
+    assert code == 200
+    assert "spot, 4 replicas</td>" in html and "spot, 2 replicas <strong>(shrunk)</strong>" in html
+
+
 def test_unknown_job_page_is_404():
     code, html = status_page.render("/jobs/%3Cnope%3E", _App([]), now=1.0)
     assert code == 404 and "&lt;nope&gt;" in html
