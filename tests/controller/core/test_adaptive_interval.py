@@ -116,19 +116,19 @@ def test_the_ledger_remembers_a_bounded_number_of_jobs_newest_first():
 
 
 def test_checkpoint_cost_is_the_median_of_the_newest_measured_markers():
-    cost = checkpoint_cost([(1.0, 4.0), (9.0, 30.0), (2.0, 5.0), (None, None)])
+    cost = checkpoint_cost([(1.0, 4.0, False), (9.0, 30.0, False), (2.0, 5.0, False), (None, None, False)])
     assert (cost.stall_seconds, cost.write_seconds) == (2.0, 5.0)
     assert "commit markers (3)" in cost.source
 
 
 def test_checkpoint_cost_defaults_before_any_marker_measured_it():
-    cost = checkpoint_cost([(None, None)])
+    cost = checkpoint_cost([(None, None, False)])
     assert cost.stall_seconds == DEFAULT_CHECKPOINT_STALL_SECONDS and cost.source.startswith("default")
 
 
 def test_the_decision_shortens_the_interval_as_work_losing_endings_are_seen():
     prior = RateEstimate(alpha=0.5, beta=600.0)
-    cost = checkpoint_cost([(0.5, 1.0)])
+    cost = checkpoint_cost([(0.5, 1.0, False)])
     first = decide_interval(AUTO, SPOT, prior, cost)
     ledger = Ledger()
     for attempt in range(1, 5):
@@ -142,7 +142,7 @@ def test_the_decision_shortens_the_interval_as_work_losing_endings_are_seen():
 
 def test_the_decision_stays_within_the_requested_bounds_and_a_fixed_interval_is_kept():
     tight = IntervalSetting(auto=True, min_seconds=600.0, max_seconds=900.0)
-    choice = decide_interval(tight, SPOT, prior_for(SPOT), checkpoint_cost([(0.01, 0.02)]))
+    choice = decide_interval(tight, SPOT, prior_for(SPOT), checkpoint_cost([(0.01, 0.02, False)]))
     assert choice.seconds == 600.0 and choice.clamped_by == "min"
     fixed = decide_interval(
         IntervalSetting(auto=False, fixed_seconds=42.0), SPOT, prior_for(SPOT), checkpoint_cost([])
