@@ -781,6 +781,8 @@ class Engine:
             return
         if old.current is not None and old.current.number == current.number and old.current.ended:
             return
+        if new.phase.terminal:
+            _crash_point("after-terminal-write")
         try:
             self.intervals.on_ending(new.job_id, self._request(new.job_id), current, now)
         except (Fenced, LeaseNotHeld):
@@ -880,7 +882,8 @@ def _crash_point(name: str) -> None:
 
     `RELAUNCH_FAULT_CRASH_POINT=after-intent` kills the process after the attempt's intent is
     stored and before CreateCustomJob; `after-create` right after CreateCustomJob returned and
-    before its result is stored. Unset in production.
+    before its result is stored; `after-terminal-write` after a job's terminal state is stored and
+    before its last ending reaches the checkpoint interval's ledger. Unset in production.
     """
     if os.environ.get("RELAUNCH_FAULT_CRASH_POINT") == name:
         log.warning("fault injection: crashing", crash_point=name)
