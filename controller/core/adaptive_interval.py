@@ -146,8 +146,8 @@ def exposure(facts: EndingFacts) -> Exposure:
     come before the first step and lose no work when they are cut short, so counting them makes
     the rate come out low and the interval long. The trainer timestamps the steps it reaches (a
     commit marker: the step its save began at, `wallTime - writeSeconds`; its exit record: the
-    step it stopped at). Two such points of this attempt give its seconds per step, and going
-    back from the earliest by the steps since the resume step dates the first step. With fewer
+    step it stopped at). The two earliest such points of this attempt give its seconds per step,
+    and going back from the earliest by the steps since the resume step dates the first step. With fewer
     points (an attempt killed before its first checkpoint, an older trainer), the run time.
 
     The estimate never exceeds the run time (a trainer clock ahead of Vertex's, or slower steps
@@ -161,10 +161,14 @@ def exposure(facts: EndingFacts) -> Exposure:
         if step > resumed and math.isfinite(at):
             earliest[step] = min(at, earliest.get(step, at))
     points = sorted(earliest.items())
-    if len(points) >= 2:
-        (first_step, first_at), (last_step, last_at) = points[0], points[-1]
-        if last_at > first_at:
-            seconds_per_step = (last_at - first_at) / (last_step - first_step)
+    if points:
+        first_step, first_at = points[0]
+        # The pace near the start (the first two dated steps), which dates the first step best;
+        # it also keeps out the exit record of a reclaim when markers suffice (its time comes
+        # after the grace period, not when its step was reached).
+        later = next(((step, at) for step, at in points[1:] if at > first_at), None)
+        if later is not None:
+            seconds_per_step = (later[1] - first_at) / (later[0] - first_step)
             first_step_at = first_at - (first_step - resumed) * seconds_per_step
             return Exposure(min(run, max(0.0, facts.ended_at - first_step_at)), EXPOSURE_TRAINING)
     return Exposure(run, EXPOSURE_RUN_TIME)
