@@ -300,15 +300,21 @@ class CheckpointCost:
     source: str  # "commit markers (n)" or "default"
 
 
-def checkpoint_cost(measured: Iterable[tuple[float | None, float | None, bool]]) -> CheckpointCost:
+def checkpoint_cost(
+    measured: Iterable[tuple[float | None, float | None, bool]], earlier: CheckpointCost | None = None
+) -> CheckpointCost:
     """C and the write time from the (blockingSeconds, writeSeconds, emergency) of the newest
     markers first.
 
     Markers without the figures (older trainers) are skipped, and so are emergency saves: the save
     a SIGTERM starts stalls no training that would go on (the attempt is ending), so its stall is
     no measure of what a periodic checkpoint costs, and its near-zero C would drag the interval
-    down. With none left, the defaults."""
+    down. With none left, `earlier` (what an earlier attempt of the job measured: --keep-last
+    may have pruned every periodic save's marker, leaving an emergency save's alone), else the
+    defaults."""
     usable = [(b, w) for b, w, emergency in measured if b is not None and not emergency][:COST_MARKERS]
+    if not usable and earlier is not None:
+        return earlier
     if not usable:
         return CheckpointCost(
             DEFAULT_CHECKPOINT_STALL_SECONDS, DEFAULT_CHECKPOINT_WRITE_SECONDS, "default (no marker yet)"

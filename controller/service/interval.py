@@ -309,7 +309,9 @@ class IntervalKeeper:
         return counted
 
     # --- the choice ---------------------------------------------------------------------------
-    def cost(self, request: JobRequest) -> CheckpointCost:
+    def cost(self, request: JobRequest, earlier: dict[str, Any] | None = None) -> CheckpointCost:
+        """C from the job's commit markers; `earlier` (the job's recorded interval decisions by
+        attempt) supplies the last measured C when no periodic save's marker is left."""
         try:
             markers = self.checkpoints.recent_markers(request.checkpoint_uri)
         except (CheckpointsUnavailable, CheckpointsUnreadable) as error:
@@ -319,14 +321,18 @@ class IntervalKeeper:
                 error=str(error),
             )
             markers = []
-        return checkpoint_cost((m.blocking_seconds, m.write_seconds, m.emergency) for m in markers)
+        return checkpoint_cost(
+            ((m.blocking_seconds, m.write_seconds, m.emergency) for m in markers), _measured_before(earlier)
+        )
 
-    def decide(self, request: JobRequest, attempt: int, on_demand: bool) -> IntervalDecision:
+    def decide(
+        self, request: JobRequest, attempt: int, on_demand: bool, earlier: dict[str, Any] | None = None
+    ) -> IntervalDecision:
         setting = request.checkpoint_interval
         assert setting is not None
         capacity = self.capacity(request, attempt, on_demand)
         estimate = estimate_for(self.ledger().book, capacity, self.prior(capacity))
-        return decide_interval(setting, capacity, estimate, self.cost(request))
+        return decide_interval(setting, capacity, estimate, self.cost(request, earlier))
 
     def interval_for_attempt(
         self, job_id: str, request: JobRequest, attempt: int, on_demand: bool, now: float
@@ -345,7 +351,7 @@ class IntervalKeeper:
             chosen = (record.document.get(INTERVALS_FIELD) or {}).get(str(attempt))
             if chosen is not None:
                 return float(chosen["seconds"])
-            decision = self.decide(request, attempt, on_demand)
+            decision = self.decide(request, attempt, on_demand, record.document.get(INTERVALS_FIELD))
             document = dict(record.document)
             document[INTERVALS_FIELD] = {
                 **(record.document.get(INTERVALS_FIELD) or {}),
@@ -376,6 +382,19 @@ class IntervalKeeper:
             )
             return decision.seconds
         raise RuntimeError(f"{job_id}: job document kept changing while recording the checkpoint interval")
+
+
+def _measured_before(decisions: dict[str, Any] | None) -> CheckpointCost | None:
+    """The C the job's newest earlier decision measured from commit markers, if any did."""
+    for attempt, chosen in sorted((decisions or {}).items(), key=lambda item: -int(item[0])):
+        source = str(chosen.get("costSource") or "")
+        if source.startswith("commit markers") and chosen.get("stallSeconds") is not None:
+            return CheckpointCost(
+                float(chosen["stallSeconds"]),
+                float(chosen.get("writeSeconds") or 0.0),
+                source if " of attempt " in source else f"commit markers of attempt {attempt}",
+            )
+    return None
 
 
 def _epoch(stamp: str) -> float | None:

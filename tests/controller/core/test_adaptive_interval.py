@@ -13,6 +13,7 @@ from controller.core.adaptive_interval import (
     EXPOSURE_RUN_TIME,
     EXPOSURE_TRAINING,
     MAX_REMEMBERED_JOBS,
+    CheckpointCost,
     EndingFacts,
     IntervalSetting,
     Ledger,
@@ -180,6 +181,12 @@ def test_checkpoint_cost_leaves_out_emergency_saves():
     assert (cost.stall_seconds, cost.write_seconds) == (2.5, 5.5)
     assert "commit markers (2)" in cost.source
     assert checkpoint_cost([(0.01, 0.5, True)]).source.startswith("default")
+
+
+def test_with_no_periodic_marker_left_c_is_what_an_earlier_attempt_measured():
+    earlier = CheckpointCost(2.0, 5.0, "commit markers of attempt 2")
+    assert checkpoint_cost([(0.01, 0.5, True)], earlier) == earlier
+    assert checkpoint_cost([(3.0, 6.0, False)], earlier).stall_seconds == 3.0
 
 
 def test_checkpoint_cost_defaults_before_any_marker_measured_it():

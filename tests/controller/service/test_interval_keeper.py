@@ -149,3 +149,20 @@ def test_an_exit_record_that_stays_unreadable_is_waited_for_then_counted_as_work
     restarted = make_engine().intervals
     assert restarted.catch_up([state], lambda _: job, now=T0 + 2 * EXIT_RECORD_PATIENCE_SECONDS) == 0
     assert restarted.ledger().book.estimate(CAPACITY) == estimate
+
+
+def test_when_keep_last_left_only_an_emergency_saves_marker_c_is_the_last_one_measured(
+    devstack, bucket, make_engine
+):
+    job_id = "pruned-1"
+    keeper, job = make_engine().intervals, interval_request(job_id, bucket)
+    commit(job.checkpoint_uri, job_id, 3, 700, T0, stall=0.01, emergency=True)
+    assert keeper.cost(job).source.startswith("default")
+    # The decisions recorded on the job for its earlier attempts (`checkpointIntervals`).
+    earlier = {
+        "1": {"stallSeconds": 30.0, "writeSeconds": 120.0, "costSource": "default (no marker yet)"},
+        "2": {"stallSeconds": 2.5, "writeSeconds": 4.0, "costSource": "commit markers (2)"},
+        "3": {"stallSeconds": 2.5, "writeSeconds": 4.0, "costSource": "commit markers of attempt 2"},
+    }
+    cost = keeper.cost(job, earlier)
+    assert (cost.stall_seconds, cost.write_seconds, cost.source) == (2.5, 4.0, "commit markers of attempt 2")
