@@ -538,7 +538,7 @@ class Engine:
             document = dict(record.document)
             document["state"] = decision.state.to_dict()
             if decision.state.phase.terminal and not state.phase.terminal:
-                self.intervals.mark_pending(self._request(job_id), document)
+                self.intervals.mark_pending(document)
             entries = transition_entries(state, decision.state, event, decision.actions, now)
             document["timeline"] = append_timeline(document, entries)
             try:

@@ -228,10 +228,15 @@ class IntervalKeeper:
             self._count(job_id, request, attempt, facts, now)
         self.settle(job_id, request)
 
-    def mark_pending(self, request: JobRequest, document: dict[str, Any]) -> None:
+    @staticmethod
+    def mark_pending(document: dict[str, Any]) -> None:
         """Called on the document of a job's terminal write, before it is stored: mark the job
-        as waiting for the ledger (when its endings teach the book), in that same write."""
-        if request.checkpoint_interval is not None:
+        as waiting for the ledger when its endings teach the book, in that same write. Read from
+        the stored request as it is (its canonical `checkpoint.interval`), so that nothing in the
+        way of a terminal write can fail."""
+        request = document.get("request")
+        checkpoint = request.get("checkpoint") if isinstance(request, dict) else None
+        if isinstance(checkpoint, dict) and checkpoint.get("interval") is not None:
             document[LEDGER_PENDING_FIELD] = True
 
     def settle(self, job_id: str, request: JobRequest) -> bool:
