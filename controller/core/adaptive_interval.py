@@ -139,19 +139,29 @@ EXPOSURE_TRAINING = "training time (trainer timestamps)"
 EXPOSURE_RUN_TIME = "run time (Vertex start to end, start-up included)"
 
 
+# The trainer's timestamps (commit markers' `wallTime`, exit records' `time`) are whole seconds.
+STAMP_RESOLUTION_SECONDS = 1.0
+# The first step is dated only when that date is this sure, as a share of the training time it
+# gives: two stamps a few seconds apart, far from the first step, say little about when it was.
+MAX_DATING_ERROR_SHARE = 0.1
+
+
 def exposure(facts: EndingFacts) -> Exposure:
     """Seconds of training the attempt was exposed for: from its first step to its end.
 
     Vertex's start time is when the replicas were started; the image pull, rendezvous and restore
     come before the first step and lose no work when they are cut short, so counting them makes
     the rate come out low and the interval long. The trainer timestamps the steps it reaches (a
-    commit marker: the step its save began at, `wallTime - writeSeconds`; its exit record: the
-    step it stopped at). The two earliest such points of this attempt give its seconds per step,
-    and going back from the earliest by the steps since the resume step dates the first step. With fewer
-    points (an attempt killed before its first checkpoint, an older trainer), the run time.
+    commit marker: the step its save began at, `wallTime - writeSeconds`; its exit record, unless
+    a reclaim's: the step it stopped at). The earliest and the
+    latest such point of this attempt give its seconds per step, and going back from the earliest
+    by the steps since the resume step dates the first step.
 
-    The estimate never exceeds the run time (a trainer clock ahead of Vertex's, or slower steps
-    near the start, cannot add exposure the machines were not held for)."""
+    The run time instead (start-up included) when that cannot be done well: fewer than two dated
+    steps (killed before its first checkpoint, an older trainer), stamps too close together for
+    their whole-second resolution to date the first step within MAX_DATING_ERROR_SHARE of the
+    training time, or a first step dated before Vertex's start (a skewed clock, slower steps near
+    the start)."""
     if facts.started_at is None or facts.ended_at is None:
         return Exposure(0.0, "never ran")
     run = max(0.0, facts.ended_at - facts.started_at)
@@ -161,16 +171,18 @@ def exposure(facts: EndingFacts) -> Exposure:
         if step > resumed and math.isfinite(at):
             earliest[step] = min(at, earliest.get(step, at))
     points = sorted(earliest.items())
-    if points:
-        first_step, first_at = points[0]
-        # The pace near the start (the first two dated steps), which dates the first step best;
-        # it also keeps out the exit record of a reclaim when markers suffice (its time comes
-        # after the grace period, not when its step was reached).
-        later = next(((step, at) for step, at in points[1:] if at > first_at), None)
-        if later is not None:
-            seconds_per_step = (later[1] - first_at) / (later[0] - first_step)
-            first_step_at = first_at - (first_step - resumed) * seconds_per_step
-            return Exposure(min(run, max(0.0, facts.ended_at - first_step_at)), EXPOSURE_TRAINING)
+    if len(points) >= 2:
+        (first_step, first_at), (last_step, last_at) = points[0], points[-1]
+        if last_at > first_at:
+            seconds_per_step = (last_at - first_at) / (last_step - first_step)
+            back = (first_step - resumed) * seconds_per_step
+            first_step_at = first_at - back
+            training = facts.ended_at - first_step_at
+            # Each stamp may be off by the resolution: the pace by 2r over the span, and the date
+            # of the first step by r plus that share of the way back.
+            error = STAMP_RESOLUTION_SECONDS * (1.0 + 2.0 * back / (last_at - first_at))
+            if first_step_at >= facts.started_at and error <= MAX_DATING_ERROR_SHARE * training:
+                return Exposure(min(run, training), EXPOSURE_TRAINING)
     return Exposure(run, EXPOSURE_RUN_TIME)
 
 

@@ -51,6 +51,7 @@ from controller.request.render import build_custom_job
 from controller.settings import Settings
 from controller.store import AlreadyExists, StateStore, VersionConflict
 from controller.store.keys import INTERVAL_LEDGER_KEY, LEDGER_PENDING_FIELD, job_key
+from trainer import layout
 
 log = logs.get("relaunch.interval")
 
@@ -151,7 +152,15 @@ class IntervalKeeper:
             for m in markers
             if m.attempt == attempt.number and (at := _epoch(m.wall_time)) is not None
         ]
-        if record is not None and record.step is not None and (at := _epoch(record.time)) is not None:
+        # A reclaim's exit record is written after the emergency save (or the grace spent waiting
+        # for one), not when its step was reached: it would slow the pace and date the first
+        # step too early. Other endings write theirs as the step ends.
+        if (
+            record is not None
+            and record.reason != layout.REASON_PREEMPTED
+            and record.step is not None
+            and (at := _epoch(record.time)) is not None
+        ):
             progress.append((record.step, at))
         return EndingFacts(
             ending=attempt.ending,

@@ -15,6 +15,7 @@ from controller.core.adaptive_interval import (
     MAX_REMEMBERED_JOBS,
     CheckpointCost,
     EndingFacts,
+    Exposure,
     IntervalSetting,
     Ledger,
     checkpoint_cost,
@@ -90,14 +91,17 @@ def test_a_step_dated_twice_counts_at_its_earliest_time_and_steps_before_the_res
     assert exposure(timed(points, resume_step=100)).seconds == 220.0
 
 
-def test_exposure_falls_back_to_the_run_time_without_two_dated_steps_and_never_exceeds_it():
+def test_exposure_falls_back_to_the_run_time_without_two_dated_steps_or_when_they_date_the_start_badly():
     for progress in ([], [(120, 300.0)], [(110, 250.0), (130, 250.0)]):
         found = exposure(timed(progress, resume_step=100))
         assert (found.seconds, found.source) == (300.0, EXPOSURE_RUN_TIME)
     # Slow steps early on (or a skewed clock) would date the first step before Vertex's start.
-    assert exposure(timed([(1000, 390.0), (1001, 391.0)])) == replace(
-        exposure(timed([])), source=EXPOSURE_TRAINING
-    )
+    assert exposure(timed([(1000, 390.0), (1001, 391.0)])) == exposure(timed([]))
+    # Whole-second stamps 1 s apart, 1000 steps after the first: 280 s +- 200 s says nothing.
+    assert exposure(timed([(1000, 380.0), (1010, 381.0)])) == exposure(timed([]))
+    # Stamps 100 s apart, 100 steps after the first, date it well enough (+- 3 s): at 200 s.
+    found = exposure(timed([(1000, 300.0), (1100, 400.0)], resume_step=900))
+    assert found == Exposure(200.0, EXPOSURE_TRAINING)
 
 
 def test_a_work_losing_ending_raises_the_rate_of_its_class_only():
