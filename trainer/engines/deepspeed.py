@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from typing import Any
 
 import torch
@@ -12,6 +14,7 @@ from trainer.config import ConfigError
 from trainer.engines.common import digest_parameters, make_optimizer, make_scheduler
 
 SUBDIR = "deepspeed"
+UNIVERSAL_SUBDIR = "universal"  # scratch dir of a conversion, inside the rank's restore dir
 
 
 def _tag(step: int) -> str:
@@ -50,6 +53,7 @@ class DeepSpeedEngine:
         self.stage = int(config.get("zero_optimization", {}).get("stage", 0))
         optimizer = make_optimizer(cfg, model)
         scheduler = make_scheduler(cfg, optimizer)
+        self.conversion_timeout = cfg.universal_conversion_timeout
         self.engine, _, _, _ = deepspeed.initialize(
             model=model, optimizer=optimizer, lr_scheduler=scheduler, config=config, dist_init_required=False
         )
@@ -78,15 +82,33 @@ class DeepSpeedEngine:
         # ZeRO 1/2 loading reads every rank's optimizer partition, so fetch the whole engine dir.
         return [p for p in paths if p.startswith(SUBDIR + "/")]
 
-    def restore(self, local_dir: str, step: int) -> None:
-        load_path, _ = self.engine.load_checkpoint(
-            os.path.join(local_dir, SUBDIR),
-            tag=_tag(step),
-            load_optimizer_states=True,
-            load_lr_scheduler_states=True,
+    def restore(self, local_dir: str, step: int, saved_world_size: int) -> None:
+        world_size = torch.distributed.get_world_size()
+        if saved_world_size == world_size:
+            self._load(os.path.join(local_dir, SUBDIR), step, universal=False)
+            return
+        # ZeRO partitions the optimizer state by rank, so a checkpoint written by another number
+        # of ranks is first converted to DeepSpeed's universal (per-parameter, unpartitioned)
+        # format, then loaded with load_universal_checkpoint, which repartitions it.
+        universal_root = os.path.join(local_dir, UNIVERSAL_SUBDIR)
+        convert_to_universal(
+            os.path.join(local_dir, SUBDIR, _tag(step)),
+            os.path.join(universal_root, _tag(step)),
+            self.conversion_timeout,
         )
+        self._load(universal_root, step, universal=True)
+
+    def _load(self, load_dir: str, step: int, universal: bool) -> None:
+        # The engine reads this config flag at load time only; later loads (if any) are normal ones.
+        self.engine._config.load_universal_checkpoint = universal
+        try:
+            load_path, _ = self.engine.load_checkpoint(
+                load_dir, tag=_tag(step), load_optimizer_states=True, load_lr_scheduler_states=True
+            )
+        finally:
+            self.engine._config.load_universal_checkpoint = False
         if load_path is None:
-            raise RuntimeError(f"DeepSpeed could not load checkpoint step {step} from {local_dir}")
+            raise RuntimeError(f"DeepSpeed could not load checkpoint step {step} from {load_dir}")
 
     def parameter_digest(self) -> str:
         params = list(self.module.named_parameters())
@@ -94,3 +116,44 @@ class DeepSpeedEngine:
             with self._deepspeed.zero.GatheredParameters([p for _, p in params], modifier_rank=None):
                 return digest_parameters(params)
         return digest_parameters(params)
+
+    def learning_rate(self) -> float:
+        return float(self.engine.get_lr()[0])
+
+    def optimizer_steps(self) -> int:
+        return int(self.engine.global_steps)
+
+
+def convert_to_universal(tag_dir: str, output_dir: str, timeout_seconds: float) -> None:
+    """Convert one DeepSpeed checkpoint tag directory into a universal checkpoint at output_dir.
+
+    Runs DeepSpeed's converter in a child process (one worker: no process pool to leak) so a
+    stuck or slow conversion is killed at the deadline instead of holding the gang; the output
+    lives in this rank's scratch restore dir and is deleted with it, so nothing half-converted
+    is ever shared or reused.
+    """
+    command = [
+        sys.executable,
+        "-m",
+        "deepspeed.checkpoint.ds_to_universal",
+        "--input_folder",
+        tag_dir,
+        "--output_folder",
+        output_dir,
+        "--num_extract_workers",
+        "1",
+        "--num_merge_workers",
+        "1",
+        # Our checkpoints do not carry Megatron's universal_checkpoint_info (no tensor or
+        # pipeline parallelism to describe); the converter's default for it is what fits.
+        "--inject_missing_state",
+    ]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_seconds)
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(
+            f"universal-checkpoint conversion of {tag_dir} took more than {timeout_seconds:.0f}s"
+        ) from None
+    if done.returncode != 0:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-5:]
+        raise RuntimeError(f"universal-checkpoint conversion of {tag_dir} failed: {' | '.join(tail)}")

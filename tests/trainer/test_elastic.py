@@ -1,0 +1,106 @@
+"""Shrink to fit (issue 16): with --global-batch-size a job resumes at another world size and keeps
+the same optimisation: the same samples in every optimizer step, the same step count and LR
+schedule, and a result close to the unshrunk run."""
+
+import pytest
+
+from trainer import layout, rng
+from trainer.config import ConfigError, micro_steps_per_step, parse_config
+from trainer.data import ResumableSampler
+
+DATASET, BATCH, GLOBAL = 183, 4, 16  # the tiny GPT's dataset size: epochs end mid-order
+
+
+def optimizer_steps(samplers: list[ResumableSampler], accumulation: int, count: int) -> list[list[int]]:
+    """The sorted global sample indices of each of `count` optimizer steps, over all ranks."""
+    steps = []
+    for _ in range(count):
+        samples = [i for _ in range(accumulation) for sampler in samplers for i in sampler.next_indices()]
+        assert len(samples) == len(set(samples)) == GLOBAL  # no sample twice within a step
+        steps.append(sorted(samples))
+    return steps
+
+
+def gang(world: int, state: dict | None = None) -> list[ResumableSampler]:
+    samplers = [ResumableSampler(DATASET, BATCH, r, world, seed=7, step_samples=GLOBAL) for r in range(world)]
+    for sampler in samplers:
+        if state is not None:
+            sampler.load_state_dict(state)
+    return samplers
+
+
+def test_every_world_size_feeds_each_optimizer_step_the_same_global_samples():
+    reference = optimizer_steps(gang(4), 1, 30)  # 30 steps cross two epoch ends (11 steps an epoch)
+    for world in (1, 2):
+        assert optimizer_steps(gang(world), 4 // world, 30) == reference
+
+
+def test_a_resume_at_another_world_size_continues_with_exactly_the_next_global_samples():
+    reference = optimizer_steps(gang(4), 1, 30)
+    first = gang(4)
+    head = optimizer_steps(first, 1, 9)
+    shrunk = gang(2, first[0].state_dict())  # every rank's state is the same global position
+    middle = optimizer_steps(shrunk, 2, 12)
+    grown = gang(4, shrunk[1].state_dict())
+    assert head + middle + optimizer_steps(grown, 1, 9) == reference
+    assert grown[0].state_dict() == {"epoch": 2, "consumed": 8 * GLOBAL}  # 11 steps an epoch
+
+
+def test_without_a_global_batch_an_epoch_still_drops_only_the_incomplete_micro_batch():
+    # The historical behaviour (and so the bitwise-resume guarantee) is unchanged: 183 samples
+    # make 22 micro-batches of 8, with the last one of the 11th 2-micro-batch step in epoch 1.
+    sampler = ResumableSampler(DATASET, BATCH, 0, 2, seed=7)
+    for _ in range(22):
+        sampler.next_indices()
+    assert sampler.state_dict() == {"epoch": 0, "consumed": 176}
+    sampler.next_indices()
+    assert sampler.state_dict() == {"epoch": 1, "consumed": 8}
+
+
+def config(*extra: str):
+    return parse_config(["--steps", "10", "--batch-size", "4", *extra], env={})
+
+
+def test_accumulation_follows_the_world_size_with_a_global_batch():
+    cfg = config("--global-batch-size", "24")
+    assert [micro_steps_per_step(cfg, w) for w in (1, 2, 3, 6)] == [6, 3, 2, 1]
+    legacy = config("--grad-accum", "3")
+    assert [micro_steps_per_step(legacy, w) for w in (1, 4)] == [3, 3]
+
+
+def test_a_world_size_that_cannot_split_the_global_batch_is_a_clear_config_error():
+    cfg = config("--global-batch-size", "24")
+    with pytest.raises(ConfigError) as error:
+        micro_steps_per_step(cfg, 4)
+    message = str(error.value)
+    assert "--global-batch-size 24" in message and "4 x 4 = 16" in message
+    assert "world sizes that work: [1, 2, 3, 6]" in message
+
+
+@pytest.mark.parametrize(
+    ("extra", "words"),
+    [
+        (["--global-batch-size", "18"], "not a multiple of --batch-size 4"),
+        (["--global-batch-size", "16", "--grad-accum", "2"], "exclude each other"),
+    ],
+)
+def test_a_global_batch_no_world_size_can_use_is_rejected_when_parsing(extra, words):
+    with pytest.raises(ConfigError, match=words):
+        config(*extra)
+
+
+def test_ranks_of_a_resized_gang_get_distinct_reproducible_rng_streams():
+    seeds = {rng.rank_stream_seed(1234, rank, step) for rank in range(4) for step in (10, 25)}
+    assert len(seeds) == 8
+    assert rng.rank_stream_seed(1234, 1, 10) == rng.rank_stream_seed(1234, 1, 10)
+
+
+@pytest.mark.slow
+def test_the_launcher_refuses_a_world_size_that_cannot_split_the_global_batch(start_gang, tmp_path):
+    args = ["--steps", "3", "--batch-size", "4", "--global-batch-size", "12"]
+    gang = start_gang(args, nproc=2, checkpoint_uri=f"file://{tmp_path}/c")
+    assert gang.wait(timeout=60) == [layout.EXIT_CONFIG]
+    errors = [line for line in gang.chief.lines if line.startswith("relaunch-train: configuration error")]
+    assert len(errors) == 1, gang.chief.output()
+    assert "4 x 2 = 8" in errors[0] and "world sizes that work: [1, 3]" in errors[0]
+    assert not gang.chief.find("launching workers")
