@@ -112,6 +112,12 @@ def test_the_launcher_refuses_a_world_size_that_cannot_split_the_global_batch(st
 
 ELASTIC = ["--batch-size", "4", "--global-batch-size", "8", "--lr", "3e-3", "--seed", "1234"]
 ELASTIC += ["--warmup-steps", "6", "--log-every", "1", "--grace-seconds", "20"]
+# Not bitwise (another reduction order, other dropout masks: trainer/README.md). Measured for this
+# test (12 steps, 2 -> 1 -> 2 ranks), DDP and ZeRO-2 alike: final-loss difference 9.5e-3 (the last
+# step's loss over 8 samples carries that step's dropout noise), relative L2 parameter difference
+# 3.2e-3; two seeds differ by ~1.4 in parameters. The runs are deterministic; the tolerances are
+# 3x the measurement.
+LOSS_TOLERANCE, PARAMETER_TOLERANCE = 0.03, 0.01
 ENGINES = {"ddp": ["--engine", "ddp"], "deepspeed-zero2": ["--engine", "deepspeed", "--zero-stage", "2"]}
 
 
@@ -178,14 +184,11 @@ def test_shrink_to_one_rank_and_grow_back_keeps_samples_schedule_and_result(star
         assert end_b[key] == end_a[key], key
     assert end_b["world_size"] == 2
 
-    # Close to the unshrunk run: the reduction order and the dropout masks differ (see
-    # trainer/README.md), so not bitwise; bench/elastic_resume.py measured relative L2 parameter
-    # differences around 1e-3 for this, and around 1 between two seeds.
-    assert abs(float(end_b["final_loss"]) - float(end_a["final_loss"])) < 0.05
-    assert (
-        relative_l2(
-            final_parameters(engine.split("-")[0], unshrunk_root, steps),
-            final_parameters(engine.split("-")[0], elastic_root, steps),
-        )
-        < 0.01
+    # Close to the unshrunk run (see LOSS_TOLERANCE): far closer than another seed gets.
+    loss_difference = abs(float(end_b["final_loss"]) - float(end_a["final_loss"]))
+    parameter_difference = relative_l2(
+        final_parameters(engine.split("-")[0], unshrunk_root, steps),
+        final_parameters(engine.split("-")[0], elastic_root, steps),
     )
+    print(f"{engine}: |d final loss| {loss_difference:.3e}, relative L2 d params {parameter_difference:.3e}")
+    assert loss_difference < LOSS_TOLERANCE and parameter_difference < PARAMETER_TOLERANCE
