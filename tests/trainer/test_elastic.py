@@ -97,6 +97,15 @@ def test_ranks_of_a_resized_gang_get_distinct_reproducible_rng_streams():
     assert rng.rank_stream_seed(1234, 1, 10) == rng.rank_stream_seed(1234, 1, 10)
 
 
+def test_a_failed_or_overlong_universal_conversion_is_a_runtime_error_with_the_reason(tmp_path):
+    from trainer.engines.deepspeed import convert_to_universal
+
+    with pytest.raises(RuntimeError, match="failed: .*"):
+        convert_to_universal(str(tmp_path / "no-such-tag"), str(tmp_path / "out"), timeout_seconds=120)
+    with pytest.raises(RuntimeError, match="took more than 0s"):
+        convert_to_universal(str(tmp_path / "no-such-tag"), str(tmp_path / "out"), timeout_seconds=0.01)
+
+
 @pytest.mark.slow
 def test_the_launcher_refuses_a_world_size_that_cannot_split_the_global_batch(start_gang, tmp_path):
     args = ["--steps", "3", "--batch-size", "4", "--global-batch-size", "12"]
@@ -183,6 +192,7 @@ def test_shrink_to_one_rank_and_grow_back_keeps_samples_schedule_and_result(star
     for key in ("step", "optimizer_steps", "data_epoch", "data_consumed"):
         assert end_b[key] == end_a[key], key
     assert end_b["world_size"] == 2
+    assert not list(tmp_path.glob("relaunch-universal-*"))  # DeepSpeed's scratch conversions are gone
 
     # Close to the unshrunk run (see LOSS_TOLERANCE): far closer than another seed gets.
     loss_difference = abs(float(end_b["final_loss"]) - float(end_a["final_loss"]))
