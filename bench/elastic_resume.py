@@ -11,7 +11,7 @@ relative-L2 difference of the final parameters; checks that (b) ends at the same
 and data position as (a); and writes the loss curves of (a), (b), (c) as a PNG (and a CSV).
 
 Usage: .venv/bin/python bench/elastic_resume.py [--engines ddp deepspeed] [--steps 40]
-       [--stop-at 10] [--grow-at 25] [--world 4] [--out bench/out]
+       [--stop-at 10] [--grow-at 25] [--world 4] [--out DIR] [--no-dropout]
 """
 
 from __future__ import annotations
@@ -32,10 +32,21 @@ BATCH = 4
 GLOBAL_BATCH = 16
 COMMON = ["--batch-size", str(BATCH), "--global-batch-size", str(GLOBAL_BATCH), "--lr", "3e-3"]
 COMMON += ["--warmup-steps", "8", "--log-every", "1", "--keep-last", "1"]
+MODEL: list[str] = []  # --no-dropout sets the example model without dropout
 
 
 def run_trainer(engine: str, nproc: int, steps: int, seed: int, root: str, attempt: int) -> list[dict]:
-    args = ["--engine", engine, "--steps", str(steps), "--seed", str(seed), "--nproc-per-node", str(nproc)]
+    args = [
+        *MODEL,
+        "--engine",
+        engine,
+        "--steps",
+        str(steps),
+        "--seed",
+        str(seed),
+        "--nproc-per-node",
+        str(nproc),
+    ]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RELAUNCH_", "CLUSTER_SPEC", "MASTER_"))}
     env.update(
         {
@@ -171,8 +182,13 @@ def main() -> None:
     parser.add_argument("--stop-at", type=int, default=10)
     parser.add_argument("--grow-at", type=int, default=25)
     parser.add_argument("--world", type=int, default=4)
-    parser.add_argument("--out", default=os.path.join(REPO, "bench", "out"))
+    parser.add_argument("--out", default=os.path.join(tempfile.gettempdir(), "relaunch-elastic-bench"))
+    parser.add_argument(
+        "--no-dropout", action="store_true", help="tiny model without dropout: rounding differences only"
+    )
     args = parser.parse_args()
+    if args.no_dropout:
+        MODEL.extend(["--model", "trainer.examples.gpt:build_model_without_dropout"])
     os.makedirs(args.out, exist_ok=True)
     results = []
     with tempfile.TemporaryDirectory(prefix="elastic-bench-") as workdir:
@@ -181,6 +197,7 @@ def main() -> None:
             result["world"] = args.world
             results.append(result)
     print(
+        f"{'no dropout; ' if args.no_dropout else ''}"
         f"global batch {GLOBAL_BATCH} (micro-batch {BATCH}/rank); (b): stop at {args.stop_at}, "
         f"{args.world // 2} ranks to {args.grow_at}, {args.world} ranks to {args.steps}"
     )
