@@ -164,23 +164,23 @@ def test_shrink_to_one_rank_and_grow_back_keeps_samples_schedule_and_result(star
     args = [*ENGINES[engine], "--steps", str(steps), "--checkpoint-every-steps", str(stop_at), *ELASTIC]
     args += ["--keep-last", "5"]
 
-    def run(nproc: int, root: str, attempt: int, until: int = steps) -> list[dict]:
+    def run(nproc: int, root: str, attempt: int, until: int = steps, nodes: int = 1) -> list[dict]:
         # Stopping is checkpoint + stop: --steps `until` ends the attempt with a checkpoint there.
         run_args = [*args[: args.index("--steps")], "--steps", str(until), *args[args.index("--steps") + 2 :]]
-        gang = start_gang(run_args, nproc=nproc, attempt=attempt, checkpoint_uri=root)
-        assert gang.wait() == [0], gang.chief.output()
+        gang = start_gang(run_args, nodes=nodes, nproc=nproc, attempt=attempt, checkpoint_uri=root)
+        assert gang.wait() == [0] * nodes, gang.chief.output()
         return gang.chief.records()
 
     # (a) unshrunk on 2 ranks; its step-4 checkpoint is where the shrunk attempt starts from.
     unshrunk_root = tmp_path / "unshrunk"
     unshrunk = run(2, f"file://{unshrunk_root}", 1)
-    # (b) resumed from step 4 on 1 rank (two micro-steps per step) to step 8, then on 2 ranks again.
+    # (b) resumed from step 4 on 1 rank (two micro-steps per step) to step 8, then on 2 nodes.
     elastic_root = tmp_path / "elastic"
     shutil.copytree(
         unshrunk_root / layout.step_dir_name(stop_at), elastic_root / layout.step_dir_name(stop_at)
     )
     shrunk = run(1, f"file://{elastic_root}", 2, until=grow_at)
-    grown = run(2, f"file://{elastic_root}", 3)
+    grown = run(1, f"file://{elastic_root}", 3, nodes=2)  # grown back as 2 nodes x 1 process
 
     def one(records, message):
         (record,) = [r for r in records if r.get("message") == message]
