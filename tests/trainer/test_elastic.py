@@ -48,15 +48,21 @@ def test_a_resume_at_another_world_size_continues_with_exactly_the_next_global_s
     assert grown[0].state_dict() == {"epoch": 2, "consumed": 8 * GLOBAL}  # 11 steps an epoch
 
 
-def test_without_a_global_batch_an_epoch_still_drops_only_the_incomplete_micro_batch():
-    # The historical behaviour (and so the bitwise-resume guarantee) is unchanged: 183 samples
-    # make 22 micro-batches of 8, with the last one of the 11th 2-micro-batch step in epoch 1.
-    sampler = ResumableSampler(DATASET, BATCH, 0, 2, seed=7)
-    for _ in range(22):
-        sampler.next_indices()
-    assert sampler.state_dict() == {"epoch": 0, "consumed": 176}
-    sampler.next_indices()
-    assert sampler.state_dict() == {"epoch": 1, "consumed": 8}
+def test_an_epoch_drops_its_incomplete_last_step_with_a_global_batch_and_micro_batch_without():
+    # 190 samples, micro-batches of 2 ranks x 4: 23 micro-batches fit in an epoch, 11 steps of 16.
+    def positions(step_samples):
+        sampler = ResumableSampler(190, BATCH, 0, 2, seed=7, step_samples=step_samples)
+        return [(sampler.next_indices(), sampler.state_dict())[1] for _ in range(24)]
+
+    historical = positions(None)  # unchanged without --global-batch-size (bitwise resumes rely on it)
+    assert historical[22:] == [{"epoch": 0, "consumed": 184}, {"epoch": 1, "consumed": 8}]
+    # With G = 16, step 12 would straddle the epoch end: it starts the next epoch whole instead.
+    fixed = positions(GLOBAL)
+    assert fixed[21:] == [
+        {"epoch": 0, "consumed": 176},
+        {"epoch": 1, "consumed": 8},
+        {"epoch": 1, "consumed": 16},
+    ]
 
 
 def config(*extra: str):
