@@ -78,6 +78,7 @@ class Restored:
     step: int
     trainer_state: dict
     exact: bool  # False when the world size changed and RNG streams could not be carried over
+    saved_world_size: int | None = None  # the world size that wrote the checkpoint
 
 
 class Checkpointer:
@@ -361,11 +362,6 @@ class Checkpointer:
             marker = self._broadcast(read_usable_marker(source, step) if self.rank == 0 else None)
             if marker is None:
                 continue
-            if marker.world_size != self.world_size and self.engine_name == "deepspeed":
-                raise ConfigError(
-                    f"checkpoint step {step} was written by {marker.world_size} ranks, this run has "
-                    f"{self.world_size}; DeepSpeed needs a universal-checkpoint conversion for that"
-                )
             local = os.path.join(self.staging_root, "restore", layout.step_dir_name(step))
             outcome = self._download_verified(source, marker, engine, local)
             outcomes: list = [None] * self.world_size
@@ -377,7 +373,18 @@ class Checkpointer:
                         step=step,
                         floor=floor,
                     )
-                engine.restore(local, step)
+                # At another world size the engine reshards what it needs (DeepSpeed converts
+                # to a universal checkpoint in a node-local scratch dir; DDP needs nothing).
+                load_started = time.monotonic()
+                engine.restore(local, step, marker.world_size)
+                if marker.world_size != self.world_size:
+                    self.log.info(
+                        "checkpoint resharded to a new world size",
+                        step=step,
+                        saved_world_size=marker.world_size,
+                        world_size=self.world_size,
+                        load_seconds=round(time.monotonic() - load_started, 3),
+                    )
                 restored = self._load_rank_state(local, marker)
                 shutil.rmtree(local, ignore_errors=True)
                 self.last_committed_step = step
@@ -465,8 +472,15 @@ class Checkpointer:
         state = torch.load(os.path.join(local, path), map_location="cpu", weights_only=False)
         exact = path == rank_state_name(self.rank) and marker.world_size == self.world_size
         if not exact:
-            self.log.warning("world size changed: resuming without this rank's RNG state", step=marker.step)
-        return Restored(step=int(state["step"]), trainer_state=state, exact=exact)
+            self.log.warning(
+                "world size changed: each rank's RNG streams are reseeded from (seed, rank, step)",
+                step=marker.step,
+                saved_world_size=marker.world_size,
+                world_size=self.world_size,
+            )
+        return Restored(
+            step=int(state["step"]), trainer_state=state, exact=exact, saved_world_size=marker.world_size
+        )
 
     def _remember_existing_after(self, restored_step: int) -> None:
         """Which later steps are already committed (left alone) or quarantined (moved aside first)."""

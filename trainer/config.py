@@ -41,6 +41,10 @@ class TrainConfig:
     checkpoint_uri: str | None
     resume_from: str | None
     synchronous_checkpoints: bool = False
+    # Samples per optimizer step, constant whatever the world size (elastic resume); None: the
+    # global batch is batch_size x world size x grad_accum, as it always was.
+    global_batch_size: int | None = None
+    universal_conversion_timeout: float = 600.0
 
 
 class _Parser(argparse.ArgumentParser):
@@ -80,7 +84,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=_positive_int, default=8, help="samples per rank per micro-step")
     p.add_argument("--lr", type=float, default=3e-4)
     p.add_argument("--seed", type=int, default=1234)
-    p.add_argument("--grad-accum", type=_positive_int, default=1, help="micro-steps per optimizer step")
+    p.add_argument(
+        "--grad-accum", type=_positive_int, default=None, help="micro-steps per optimizer step (default 1)"
+    )
+    p.add_argument(
+        "--global-batch-size",
+        type=_positive_int,
+        default=None,
+        help="samples per optimizer step at any world size: accumulation = G / (batch size x world size)",
+    )
+    p.add_argument(
+        "--universal-conversion-timeout",
+        type=_positive_int,
+        default=600,
+        help="seconds allowed to convert a DeepSpeed checkpoint written at another world size",
+    )
     p.add_argument("--warmup-steps", type=_non_negative(int), default=0)
     p.add_argument("--checkpoint-every-steps", type=_non_negative(int), default=0, help="0 = off")
     p.add_argument(
@@ -123,6 +141,17 @@ def parse_config(argv: list[str], env: dict[str, str] | None = None) -> TrainCon
         raise ConfigError("--deepspeed-config needs --engine deepspeed")
     if args.deepspeed_config and not os.path.isfile(args.deepspeed_config):
         raise ConfigError(f"--deepspeed-config: no such file {args.deepspeed_config!r}")
+    if args.global_batch_size is not None:
+        if args.grad_accum is not None:
+            raise ConfigError(
+                "--grad-accum and --global-batch-size exclude each other: with --global-batch-size the "
+                "accumulation is derived from the world size"
+            )
+        if args.global_batch_size % args.batch_size:
+            raise ConfigError(
+                f"--global-batch-size {args.global_batch_size} is not a multiple of --batch-size "
+                f"{args.batch_size}: no world size can split it"
+            )
     return TrainConfig(
         model=args.model,
         data=args.data,
@@ -133,7 +162,7 @@ def parse_config(argv: list[str], env: dict[str, str] | None = None) -> TrainCon
         batch_size=args.batch_size,
         lr=args.lr,
         seed=args.seed,
-        grad_accum=args.grad_accum,
+        grad_accum=args.grad_accum or 1,
         warmup_steps=args.warmup_steps,
         checkpoint_every_steps=args.checkpoint_every_steps,
         checkpoint_every_seconds=(
@@ -149,7 +178,35 @@ def parse_config(argv: list[str], env: dict[str, str] | None = None) -> TrainCon
         checkpoint_uri=args.checkpoint_uri or env.get("RELAUNCH_CHECKPOINT_URI") or None,
         resume_from=args.resume_from or env.get("RELAUNCH_RESUME_FROM") or None,
         synchronous_checkpoints=args.synchronous_checkpoints,
+        global_batch_size=args.global_batch_size,
+        universal_conversion_timeout=float(args.universal_conversion_timeout),
     )
+
+
+def workable_world_sizes(global_batch_size: int, batch_size: int) -> list[int]:
+    """The world sizes at which `global_batch_size` splits into whole micro-batches on every rank."""
+    per_rank = global_batch_size // batch_size
+    return [size for size in range(1, per_rank + 1) if per_rank % size == 0]
+
+
+def micro_steps_per_step(cfg: TrainConfig, world_size: int) -> int:
+    """Gradient-accumulation micro-steps per optimizer step at this world size.
+
+    With --global-batch-size the optimizer sees the same number of samples per step at every
+    world size: fewer ranks accumulate more micro-batches. A world size that cannot split the
+    global batch is a config error (exit 64) that names the sizes that would work.
+    """
+    if cfg.global_batch_size is None:
+        return cfg.grad_accum
+    per_micro_step = cfg.batch_size * world_size
+    if cfg.global_batch_size % per_micro_step:
+        raise ConfigError(
+            f"--global-batch-size {cfg.global_batch_size} cannot be split over {world_size} ranks with "
+            f"--batch-size {cfg.batch_size}: {cfg.global_batch_size} is not a multiple of "
+            f"{cfg.batch_size} x {world_size} = {per_micro_step}; world sizes that work: "
+            f"{workable_world_sizes(cfg.global_batch_size, cfg.batch_size)}"
+        )
+    return cfg.global_batch_size // per_micro_step
 
 
 def _interval_from_env(env) -> float:

@@ -18,7 +18,7 @@ import time
 
 from trainer import layout
 from trainer.cluster import NodeTopology, from_environment
-from trainer.config import ConfigError, JobIdentity, TrainConfig, parse_config
+from trainer.config import ConfigError, JobIdentity, TrainConfig, micro_steps_per_step, parse_config
 from trainer.node_status import ENV_VAR as STATUS_DIR_VAR
 from trainer.node_status import REPLICA_ENV, NodeStatus, WorkerOutcome
 
@@ -78,6 +78,8 @@ def run_launcher(argv: list[str]) -> int:
         identity = JobIdentity.from_env()
         topology = from_environment(dict(os.environ))
         check_factories(cfg)
+        # A world size that cannot split --global-batch-size fails here, before any worker starts.
+        micro_steps_per_step(cfg, topology.num_nodes * (cfg.nproc_per_node or default_nproc()))
     except ConfigError as exc:
         print(f"relaunch-train: configuration error: {exc}", file=sys.stderr)
         log.error("configuration error", error=str(exc))

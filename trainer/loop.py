@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from dataclasses import dataclass
@@ -11,7 +12,7 @@ import torch.distributed as dist
 
 from trainer import fault_hooks, layout, rng
 from trainer.checkpoint import Checkpointer
-from trainer.config import JobIdentity, TrainConfig
+from trainer.config import JobIdentity, TrainConfig, micro_steps_per_step
 from trainer.data import ResumableSampler, collate
 from trainer.engines import build_engine
 from trainer.factories import load_factory
@@ -43,6 +44,8 @@ def train(
     log,
 ) -> int:
     rank, world_size = dist.get_rank(), dist.get_world_size()
+    # With --global-batch-size the accumulation follows the world size of this attempt.
+    cfg = dataclasses.replace(cfg, grad_accum=micro_steps_per_step(cfg, world_size))
     build_model = load_factory(cfg.model, "--model")
     build_dataset = load_factory(cfg.data, "--data")
 
@@ -51,7 +54,9 @@ def train(
     model = build_model()
     dataset = build_dataset()
     engine = build_engine(cfg, model, device)
-    sampler = ResumableSampler(len(dataset), cfg.batch_size, rank, world_size, cfg.seed)
+    sampler = ResumableSampler(
+        len(dataset), cfg.batch_size, rank, world_size, cfg.seed, step_samples=cfg.global_batch_size
+    )
     checkpointer = Checkpointer(cfg.checkpoint_uri, identity, engine.name, cfg.keep_last, log)
     # Each rank gets its own stream for dropout and friends.
     rng.seed_all(cfg.seed + 7919 * (rank + 1))
@@ -63,9 +68,17 @@ def train(
         sampler.load_state_dict(restored.trainer_state["data"])
         if restored.exact:
             rng.restore(restored.trainer_state["rng"])
-        log_resume(cfg, identity, step, log)
+        else:  # another world size: see rng.rank_stream_seed
+            rng.seed_all(rng.rank_stream_seed(cfg.seed, rank, step))
+        log_resume(cfg, identity, step, log, sampler, world_size, restored, cfg.grad_accum)
     else:
-        log.info("starting fresh", world_size=world_size, engine=engine.name, steps=cfg.steps)
+        log.info(
+            "starting fresh",
+            world_size=world_size,
+            engine=engine.name,
+            steps=cfg.steps,
+            micro_steps_per_step=cfg.grad_accum,
+        )
     progress.step, progress.last_committed_step = step, checkpointer.last_committed_step
 
     def trainer_state() -> dict:
@@ -88,6 +101,7 @@ def train(
                 "train",
                 step=step,
                 loss=mean_over_ranks(loss),
+                lr=engine.learning_rate(),
                 samples_per_second=round(samples / elapsed, 2),
                 step_seconds=round(elapsed / window_steps, 5),
             )
@@ -131,6 +145,10 @@ def train(
         step=step,
         final_loss=repr(final_loss),
         params_sha256=digest,
+        optimizer_steps=engine.optimizer_steps(),
+        world_size=world_size,
+        data_epoch=sampler.epoch,
+        data_consumed=sampler.consumed,
         final_checkpoint=bool(final and final.committed),
     )
     checkpointer.close()
@@ -292,7 +310,9 @@ def safe_record(cfg, identity, reason, code, step, last_committed, log, saved=Fa
         log.error("could not write exit record", error=str(exc))
 
 
-def log_resume(cfg, identity: JobIdentity, step: int, log) -> None:
+def log_resume(
+    cfg, identity: JobIdentity, step: int, log, sampler, world_size, restored, micro_steps
+) -> None:
     previous = None
     if cfg.checkpoint_uri and identity.attempt > 1:
         previous = read_exit_record(cfg.checkpoint_uri, identity.attempt - 1)  # legacy name: any job
@@ -302,4 +322,9 @@ def log_resume(cfg, identity: JobIdentity, step: int, log) -> None:
         from_step=step,
         previous_attempt_step=reached,
         steps_recomputed=(reached - step) if reached is not None else None,
+        world_size=world_size,
+        saved_world_size=restored.saved_world_size,
+        micro_steps_per_step=micro_steps,
+        data_epoch=sampler.epoch,
+        data_consumed=sampler.consumed,
     )

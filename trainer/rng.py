@@ -31,3 +31,14 @@ def restore(state: dict) -> None:
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def rank_stream_seed(seed: int, rank: int, step: int) -> int:
+    """The seed of a rank's RNG streams after a resume at another world size.
+
+    Per-rank streams (dropout and friends) cannot carry over when the ranks change: rank r of
+    the new gang has no predecessor, or one that processed other samples. Every rank then
+    starts a stream that depends only on (seed, rank, step), so a resume is reproducible and
+    two resumes at different steps never replay the same masks.
+    """
+    return (seed * 1_000_003 + 7919 * (rank + 1) + 104_729 * step) % (2**63)

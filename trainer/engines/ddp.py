@@ -77,7 +77,8 @@ class DdpEngine:
     def files_to_restore(self, paths: list[str], rank: int) -> list[str]:
         return [STATE_FILE]
 
-    def restore(self, local_dir: str, step: int) -> None:
+    def restore(self, local_dir: str, step: int, saved_world_size: int) -> None:
+        # Replicated state saved once by rank 0: the same file loads at any world size.
         state = torch.load(os.path.join(local_dir, STATE_FILE), map_location=self.device, weights_only=True)
         self.module.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
@@ -85,3 +86,9 @@ class DdpEngine:
 
     def parameter_digest(self) -> str:
         return digest_parameters(self.module.named_parameters())
+
+    def learning_rate(self) -> float:
+        return float(self.scheduler.get_last_lr()[0])
+
+    def optimizer_steps(self) -> int:
+        return int(self.scheduler.last_epoch)  # stepped once per optimizer step

@@ -112,6 +112,12 @@ def build_model() -> nn.Module:
     return TinyGPT(context=TINY_CONTEXT, width=32, layers=2, heads=2, dropout=0.1)
 
 
+def build_model_without_dropout() -> nn.Module:
+    """The tiny model with no randomness in its forward pass (bench/elastic_resume.py uses it to
+    separate rounding from dropout noise)."""
+    return TinyGPT(context=TINY_CONTEXT, width=32, layers=2, heads=2, dropout=0.0)
+
+
 def build_dataset() -> torch.utils.data.Dataset:
     return ByteWindows(corpus_tokens(), context=TINY_CONTEXT, stride=16)
 
