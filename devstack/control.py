@@ -3,6 +3,7 @@ devstack (RELAUNCH_DEVSTACK_CONTROL names the server).
 
     POST /preempt   {"job": NAME, "grace_seconds": 15, "end_job": false} -> {"preempted": true}
     POST /stockout  {"queue_seconds": 0, "fail": false}
+    POST /capacity  {"replicas": 2 | null, "machineType": "a2-highgpu-1g" | null, "mode": "queue" | "fail"}
     POST /faults    {"rate": 0.2, "codes": ["UNAVAILABLE"], "seed": null}
     POST /quota     {"enabled": true, "creates_per_minute": 60, "other_per_minute": 600}
     POST /quota_shortfall {"mode": "queue" | "reject" | null}
@@ -75,6 +76,14 @@ def _stockout(target, body):
     return {}
 
 
+def _capacity(target, body):
+    replicas = _required(body, "replicas")
+    if replicas is not None and (isinstance(replicas, bool) or not isinstance(replicas, int)):
+        raise ValueError("replicas must be an integer or null")
+    target.capacity(replicas, body.get("machineType"), str(body.get("mode", "queue")))
+    return {}
+
+
 def _faults(target, body):
     seed = body.get("seed")
     target.faults(
@@ -128,6 +137,7 @@ _POSTS = {
     "/gcs": _gcs,
     "/preempt": _preempt,
     "/stockout": _stockout,
+    "/capacity": _capacity,
     "/faults": _faults,
     "/quota": _quota,
     "/quota_shortfall": _quota_shortfall,
@@ -226,6 +236,9 @@ class ControlClient:
 
     def stockout(self, queue_seconds: float = 0.0, fail: bool = False) -> None:
         self._call("POST", "/stockout", {"queue_seconds": queue_seconds, "fail": fail})
+
+    def capacity(self, replicas: int | None, machine_type: str | None = None, mode: str = "queue") -> None:
+        self._call("POST", "/capacity", {"replicas": replicas, "machineType": machine_type, "mode": mode})
 
     def faults(self, rate: float, codes: list[str] = (), seed: int | None = None) -> None:
         self._call("POST", "/faults", {"rate": rate, "codes": list(codes), "seed": seed})

@@ -147,6 +147,10 @@ class DevStack:
         """Change Vertex behaviour knobs (devstack.vertex.behaviour)."""
         self.vertex.configure(**changes)
 
+    def capacity(self, replicas: int | None, machine_type: str | None = None, mode: str = "queue") -> None:
+        """Room for ``replicas`` replicas of ``machine_type`` (None: any); None lifts the limit."""
+        self.vertex.set_capacity(replicas, machine_type, mode)
+
     def stockout(self, queue_seconds: float = 0.0, fail: bool = False) -> None:
         """New jobs queue `queue_seconds`, then fail with code 8 if `fail`; defaults clear it."""
         self.vertex.set_stockout(queue_seconds=queue_seconds, fail=fail)

@@ -24,6 +24,8 @@ class SubmitAttempt:
     resume_from_step: int | None
     on_demand: bool
     create_if_missing: bool = True
+    # Replicas per worker pool (an elastic job's chosen size); None: as the request says.
+    replicas: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from controller.core import elastic
 from controller.core import events as ev
 from controller.core.actions import (
     Action,
@@ -29,6 +30,7 @@ from controller.core.actions import (
     SubmitAttempt,
 )
 from controller.core.classify import Ending, Observation, classify, needs_vertex_error
+from controller.core.elastic import ElasticPolicy
 from controller.core.model import (
     VERTEX_RUNNING,
     VERTEX_TERMINAL,
@@ -69,8 +71,10 @@ class Decision:
 Outcome = tuple[JobState, list[Action]]
 
 
-def new_job(job_id: str, policy: RestartPolicy, now: float) -> JobState:
-    return JobState(job_id=job_id, policy=policy, created_at=now, updated_at=now)
+def new_job(
+    job_id: str, policy: RestartPolicy, now: float, elastic_policy: ElasticPolicy | None = None
+) -> JobState:
+    return JobState(job_id=job_id, policy=policy, created_at=now, updated_at=now, elastic=elastic_policy)
 
 
 def decide(
@@ -140,7 +144,8 @@ def _on_attempt_submitted(
     state = state.with_current(vertex_name=event.vertex_name, submitted_at=now)
     if state.phase is Phase.CANCELLING:
         return state, [CancelVertexJob(event.vertex_name, event.attempt)]
-    return replace(state, phase=Phase.QUEUED, next_attempt_at=None), []
+    state = replace(state, phase=Phase.QUEUED, next_attempt_at=None)
+    return state, _shrink_check_wakeup(state)
 
 
 def _on_attempt_not_found(
@@ -173,6 +178,11 @@ def _on_submit_failed(
             return state, [ScheduleWakeup(state.next_attempt_at)]  # this refusal is known already
         retry_at = now + config.capacity_retry_seconds * rng.uniform(1.0, 1.2)
         state, alerts = _capacity_refused(replace(state, next_attempt_at=retry_at), now, event.message)
+        since = state.capacity_wait_since
+        if since is not None and _smaller_size(state) is not None and _shrink_due(state, since, now):
+            # Refused for quota for shrinkAfter: a smaller gang asks for less of it.
+            state, actions = _replace_smaller(state, now, "create refused for quota for")
+            return state, [*alerts, *actions]
         return state, [*alerts, ScheduleWakeup(retry_at)]
     retry_at = now + config.submit_retry_seconds
     return replace(state, next_attempt_at=retry_at), [ScheduleWakeup(retry_at)]
@@ -204,13 +214,22 @@ def _on_vertex_observed(
         return _end_attempt(state, event, now, rng, config)
     state = state.with_current(vertex_state=event.vertex_state)
     if event.vertex_state in VERTEX_RUNNING:
-        if _current(state).started_at is None:
+        first_start = _current(state).started_at is None
+        if first_start:
             state = state.with_current(started_at=event.start_time or now)
         state = replace(state, capacity_wait_since=None)  # it runs: the capacity wait is over
         if state.phase in (Phase.SUBMITTING, Phase.QUEUED):
             state = replace(state, phase=Phase.RUNNING)
-    elif event.vertex_state in VERTEX_WAITING and state.phase is Phase.SUBMITTING:
-        state = replace(state, phase=Phase.QUEUED)
+        if first_start:
+            state, shrunk_alerts = _running_shrunk_alert(state, now)
+            actions += shrunk_alerts
+    elif event.vertex_state in VERTEX_WAITING:
+        if state.phase is Phase.SUBMITTING:
+            state = replace(state, phase=Phase.QUEUED)
+        if _waited_too_long(state, now):
+            # Seen waiting by this fresh read, past shrinkAfter: replace it with a smaller gang.
+            state, replaced = _replace_smaller(state, now, "waited for capacity for")
+            return state, actions + replaced
     state, alerts = _capacity_wait_alert(state, now, config)
     return state, actions + alerts
 
@@ -265,7 +284,12 @@ def _on_timer(
         and not current.ended
     ):
         return state, [ReadVertexJob(current.vertex_name, current.number)]
-    return _capacity_wait_alert(state, now, config)
+    if current is not None and current.vertex_name is not None and _waited_too_long(state, now):
+        # Never replace on a stored observation alone: read the job now, and decide on what Vertex
+        # says (it may have started since it was last seen).
+        return state, [ReadVertexJob(current.vertex_name, current.number)]
+    state, alerts = _capacity_wait_alert(state, now, config)
+    return state, alerts + _shrink_check_wakeup(state)
 
 
 def _on_cancel(
@@ -376,6 +400,14 @@ def _end_attempt(
     state = replace(state, retry_streak=retry_streak)
     alerts: list[Action] = []
     if verdict.ending is Ending.CAPACITY:
+        if not ran and _smaller_size(state) is not None:
+            # Vertex has already waited and said no (its stockout ending): a smaller gang at once.
+            since = state.capacity_wait_since if state.capacity_wait_since is not None else now
+            state, alerts = _capacity_refused(
+                replace(state, capacity_wait_since=since), now, event.error_message
+            )
+            state, actions = _start_attempt(state, now, replicas=_smaller_size(state))
+            return state, [*alerts, *actions]
         # Refused before it ran: nobody's fault and no progress to judge. Wait minutes, not seconds.
         delay = max(state.policy.backoff.delay(retry_streak, rng), config.capacity_retry_seconds)
         wake = now + delay
@@ -475,7 +507,7 @@ def _current(state: JobState) -> Attempt:
     return current
 
 
-def _start_attempt(state: JobState, now: float) -> Outcome:
+def _start_attempt(state: JobState, now: float, replicas: elastic.Size | None = None) -> Outcome:
     switch_after = state.policy.on_demand_after_preemptions
     attempt = Attempt(
         number=len(state.attempts) + 1,
@@ -483,6 +515,7 @@ def _start_attempt(state: JobState, now: float) -> Outcome:
         resume_from_uri=state.latest_checkpoint_uri,
         on_demand=switch_after is not None and state.preemptions >= switch_after,
         intent_at=now,
+        replicas=replicas if replicas is not None else _next_size(state, now),
     )
     state = replace(state, attempts=state.attempts + (attempt,), phase=Phase.SUBMITTING, next_attempt_at=None)
     return state, [_submit_action(attempt, create=True)]
@@ -495,7 +528,139 @@ def _submit_action(attempt: Attempt, *, create: bool) -> SubmitAttempt:
         attempt.resume_from_step,
         attempt.on_demand,
         create_if_missing=create,
+        replicas=attempt.replicas,
     )
+
+
+# --- shrink to fit (controller/core/elastic.py says when and why) ----------------------------
+
+
+def _size(state: JobState, attempt: Attempt) -> elastic.Size | None:
+    if state.elastic is None:
+        return None
+    return attempt.replicas if attempt.replicas is not None else state.elastic.full
+
+
+def _smaller_size(state: JobState) -> elastic.Size | None:
+    """The size to try instead of the current attempt's; None when it cannot shrink."""
+    current = state.current
+    if state.elastic is None or current is None or state.cancel_requested:
+        return None
+    size = _size(state, current)
+    return None if size is None else elastic.smaller(state.elastic, size)
+
+
+def _shrunk_since(state: JobState) -> float | None:
+    """When the trailing run of shrunk attempts began (the job's latest shrink), or None."""
+    since = None
+    for attempt in reversed(state.attempts):
+        if not elastic.is_shrunk(state.elastic, _size(state, attempt)):
+            break
+        since = attempt.intent_at
+    return since
+
+
+def _next_size(state: JobState, now: float) -> elastic.Size | None:
+    """The size of a new attempt that follows the current one in the ordinary way (a backoff
+    after a reclaim or a failure; the first attempt): full, unless the job is shrunk and the
+    grow-back policy says not yet."""
+    policy = state.elastic
+    if policy is None:
+        return None
+    previous = state.current
+    if previous is None:
+        return policy.full
+    size = _size(state, previous) or policy.full
+    if previous.started_at is None:
+        return size  # it never ran: nothing says the capacity is back
+    return elastic.regrown(policy, size, _shrunk_since(state), now)
+
+
+def _shrink_due(state: JobState, waiting_since: float, now: float) -> bool:
+    return state.elastic is not None and now - waiting_since >= state.elastic.shrink_after_seconds
+
+
+def _waited_too_long(state: JobState, now: float) -> bool:
+    """The current attempt sits in Vertex's queue (QUEUED or PENDING) past shrinkAfter."""
+    current = state.current
+    return (
+        state.phase is Phase.QUEUED
+        and current is not None
+        and current.submitted_at is not None
+        and current.started_at is None
+        and not current.ended
+        and _smaller_size(state) is not None
+        and _shrink_due(state, current.submitted_at, now)
+    )
+
+
+def _shrink_check_wakeup(state: JobState) -> list[Action]:
+    """A wake-up when the queued attempt's shrinkAfter runs out (the reconcile pass would notice
+    too, a pass later)."""
+    current = state.current
+    if (
+        state.elastic is None
+        or state.phase is not Phase.QUEUED
+        or current is None
+        or current.submitted_at is None
+        or current.started_at is not None
+        or _smaller_size(state) is None
+    ):
+        return []
+    return [ScheduleWakeup(current.submitted_at + state.elastic.shrink_after_seconds)]
+
+
+def _replace_smaller(state: JobState, now: float, why: str) -> Outcome:
+    """End the current (never-run) attempt and start the next one at the smaller size, in one
+    state write: the intent is recorded before the old CustomJob is cancelled and the new one
+    created. A crash after the write leaves an ended attempt whose live CustomJob the next
+    observation cancels as a stray, and a new attempt whose CustomJob is adopted by its labels."""
+    current = _current(state)
+    smaller = _smaller_size(state)
+    assert smaller is not None and state.elastic is not None
+    waited_from = current.submitted_at if current.submitted_at is not None else current.intent_at
+    since = state.capacity_wait_since if state.capacity_wait_since is not None else waited_from
+    state = state.with_current(
+        ending=Ending.CAPACITY,
+        rule="replaced-by-smaller",
+        ended_at=now,
+        error_message=f"{why} {now - waited_from:.0f}s (shrinkAfter "
+        f"{state.elastic.shrink_after_seconds:.0f}s); replaced by {elastic.describe(smaller)}",
+        checkpoint_step_at_end=state.latest_checkpoint_step,
+    )
+    state = replace(state, capacity_wait_since=since)
+    actions: list[Action] = []
+    if current.vertex_name is not None:
+        actions.append(CancelVertexJob(current.vertex_name, current.number))
+    state, submit = _start_attempt(state, now, replicas=smaller)
+    return state, actions + submit
+
+
+def _running_shrunk_alert(state: JobState, now: float) -> Outcome:
+    """Ops hear once per shrink, when the smaller gang starts running (not when it is only asked
+    for): the job trains, but slower than requested. Growing back resolves it (the shell)."""
+    current = _current(state)
+    size = _size(state, current)
+    since = _shrunk_since(state)
+    policy = state.elastic
+    if policy is None or size is None or since is None:
+        return state, []
+    kind = f"running_shrunk:since-{since:.3f}"
+    if any(a.kind == kind for a in state.alerts):
+        return state, []
+    state = replace(state, alerts=state.alerts + (Alerted(kind, now),))
+    alert = RaiseAlert(
+        "running_shrunk",
+        "WARNING",
+        f"job {state.job_id} attempt {current.number} runs shrunk on {elastic.describe(size)} of "
+        f"{elastic.nodes(policy.full)} requested: not enough capacity for the full size",
+        {
+            **_alert_details(state),
+            "replicas": list(size),
+            "requestedReplicas": list(policy.full),
+        },
+    )
+    return state, [alert]
 
 
 def _terminal(state: JobState, phase: Phase, reason: str) -> Outcome:

@@ -12,6 +12,7 @@ from enum import Enum
 from typing import Any
 
 from controller.core.classify import Ending
+from controller.core.elastic import ElasticPolicy
 from controller.core.policy import RestartPolicy
 
 
@@ -69,6 +70,9 @@ class Attempt:
     # fills `error` in about a minute later, so the ending is classified only then (or after a
     # bounded wait).
     failed_unexplained_at: float | None = None
+    # Replicas per worker pool this attempt asked for (an elastic job, `controller.core.elastic`);
+    # None: the request's own replicaCount in every pool.
+    replicas: tuple[int, ...] | None = None
 
     @property
     def ended(self) -> bool:
@@ -118,6 +122,7 @@ class JobState:
     terminal_reason: str | None = None
     alerts: tuple[Alerted, ...] = field(default=())
     outbox: tuple[PendingAlert, ...] = field(default=())
+    elastic: ElasticPolicy | None = None  # the request's elastic range; None: fixed size
 
     @property
     def current(self) -> Attempt | None:
@@ -140,12 +145,26 @@ class JobState:
     def from_dict(cls, data: dict[str, Any]) -> JobState:
         policy = RestartPolicy.from_dict(data["policy"])
         attempts = tuple(
-            Attempt(**{**a, "ending": Ending(a["ending"]) if a.get("ending") else None})
+            Attempt(
+                **{
+                    **a,
+                    "ending": Ending(a["ending"]) if a.get("ending") else None,
+                    "replicas": tuple(a["replicas"]) if a.get("replicas") is not None else None,
+                }
+            )
             for a in data.get("attempts", ())
         )
+        elastic = ElasticPolicy.from_dict(data["elastic"]) if data.get("elastic") else None
         alerts = tuple(Alerted(**a) for a in data.get("alerts", ()))
         outbox = tuple(PendingAlert(**a) for a in data.get("outbox", ()))
-        rest = {k: v for k, v in data.items() if k not in ("policy", "attempts", "alerts", "outbox", "phase")}
+        special = ("policy", "attempts", "alerts", "outbox", "phase", "elastic")
+        rest = {k: v for k, v in data.items() if k not in special}
         return cls(
-            policy=policy, attempts=attempts, alerts=alerts, outbox=outbox, phase=Phase(data["phase"]), **rest
+            policy=policy,
+            attempts=attempts,
+            alerts=alerts,
+            outbox=outbox,
+            phase=Phase(data["phase"]),
+            elastic=elastic,
+            **rest,
         )

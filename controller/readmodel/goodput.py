@@ -45,6 +45,13 @@ estimates above for that attempt, and the attempt's `source` says so:
   are still kept (a lower bound once --keep-last dropped older ones).
 The trainer records no per-step times, so the job's rate is still the best apparent rate, and
 the start-up before the first step still reads as lost time.
+
+Work is counted at the size actually run (an elastic job, `controller.core.elastic`): each
+attempt's `replicas` (per pool, the request's unless it was shrunk) gives its nodes, and the
+rates compared above are steps per node-second, so an attempt on 2 of 4 nodes is expected to
+advance half as fast and is not charged the other half as lost. This assumes the trainer keeps
+the global batch when it runs on fewer nodes (each step then takes about 4/2 as long); the
+totals in node-seconds (`node_seconds`, `productive_node_seconds`) say what the capacity bought.
 """
 
 from __future__ import annotations
@@ -65,6 +72,7 @@ class AttemptTime:
     source: str = "estimate"  # or "trainer" when the trainer's exit record gave the figures
     recomputed_steps: int | None = None  # trainer: steps done after the last commit
     stall_seconds: float | None = None  # trainer: blocking time of its kept checkpoints
+    nodes: int = 1  # replicas the attempt ran on (all pools)
 
 
 @dataclass(frozen=True)
@@ -76,6 +84,8 @@ class Goodput:
     restarting: float
     step_rate: float | None  # steps per second; None when no attempt advanced
     attempts: tuple[AttemptTime, ...]
+    node_seconds: float = 0.0  # running time times the replicas it ran on, summed
+    productive_node_seconds: float = 0.0
 
     @property
     def ratio(self) -> float | None:
@@ -88,8 +98,17 @@ class Goodput:
             f"goodput {ratio} of {duration(self.total)}: productive {duration(self.productive)}, "
             f"unproductive running {duration(self.lost)}, waiting for capacity "
             f"{duration(self.waiting_for_capacity)}, restarting {duration(self.restarting)} "
-            f"(step rate {rate}; {self.sources()})"
+            f"(step rate {rate}; {self.sources()})" + self._sizes()
         )
+
+    def _sizes(self) -> str:
+        """Node-seconds, when attempts ran at different sizes (a shrunk elastic job)."""
+        sizes = sorted({a.nodes for a in self.attempts if a.running > 0})
+        if len(sizes) < 2:
+            return ""
+        hours = self.node_seconds / 3600
+        productive = self.productive_node_seconds / 3600
+        return f"; ran on {'/'.join(map(str, sizes))} replicas: {hours:.2f} node-hours, {productive:.2f} productive"
 
     def sources(self) -> str:
         """Which attempts' figures came from the trainer and which are estimates."""
@@ -193,6 +212,20 @@ def _first(*values: float | None) -> float:
     return float(next(v for v in values if v is not None))
 
 
+def _nodes(attempt: Json) -> int:
+    return max(1, sum(attempt.get("replicas") or [1]))
+
+
+def node_step_rate(attempts: list[Json], now: float) -> float | None:
+    """The best apparent rate in steps per node-second."""
+    rates = [
+        steps / (_running(a, now) * _nodes(a))
+        for a, steps in zip(attempts, _trained(attempts))
+        if _running(a, now) > 0 and steps > 0
+    ]
+    return max(rates) if rates else None
+
+
 def step_rate(attempts: list[Json], now: float) -> float | None:
     rates = [
         steps / _running(a, now)
@@ -206,16 +239,18 @@ def compute(document: Json, now: float) -> Goodput:
     view = user_view(document)
     attempts = view["attempts"]
     rate = step_rate(attempts, now)
+    per_node = node_step_rate(attempts, now)
     rows = []
     for attempt, advanced, start in zip(attempts, _advanced(attempts), _starts(attempts)):
         running = _running(attempt, now)
         ending = attempt.get("ending")
+        nodes = _nodes(attempt)
         if ending is None or ending == "succeeded":
             productive = running
-        elif rate is None:
+        elif per_node is None:
             productive = 0.0
         else:
-            productive = min(running, advanced / rate)
+            productive = min(running, advanced / (per_node * nodes))
         figures = _figures(attempt)
         recomputed = stall = None
         if figures is not None:
@@ -232,6 +267,7 @@ def compute(document: Json, now: float) -> Goodput:
                 source="trainer" if figures is not None else "estimate",
                 recomputed_steps=recomputed,
                 stall_seconds=stall,
+                nodes=nodes,
             )
         )
     total = max(0.0, job_end(view, now) - view["createdAt"])
@@ -239,4 +275,14 @@ def compute(document: Json, now: float) -> Goodput:
     lost = sum(r.lost for r in rows)
     waiting = sum(r.waiting for r in rows)
     restarting = max(0.0, total - productive - lost - waiting)
-    return Goodput(total, productive, lost, waiting, restarting, rate, tuple(rows))
+    return Goodput(
+        total,
+        productive,
+        lost,
+        waiting,
+        restarting,
+        rate,
+        tuple(rows),
+        node_seconds=sum(r.running * r.nodes for r in rows),
+        productive_node_seconds=sum(r.productive * r.nodes for r in rows),
+    )

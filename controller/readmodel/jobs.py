@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from controller.core import elastic
 from controller.core import events as ev
 from controller.core.actions import Action
 from controller.core.model import JobState, Phase
@@ -60,19 +61,27 @@ def transition_entries(
             else "from scratch"
         )
         spot = "on-demand" if current.on_demand else "spot"
+        size = ""
+        if new.elastic is not None and current.replicas is not None:
+            size = f" on {elastic.describe(current.replicas)}"
+            if current.replicas != new.elastic.full:
+                size += f", shrunk from {elastic.nodes(new.elastic.full)}"
         entries.append(
             entry(
                 now,
                 attempt,
-                f"attempt {attempt} requested {where} ({spot})",
+                f"attempt {attempt} requested {where} ({spot}){size}",
                 resumeFromStep=current.resume_from_step,
+                **({"replicas": list(current.replicas)} if current.replicas is not None else {}),
             )
         )
     if new.current and old.current and new.current.number == old.current.number:
         if new.current.vertex_name and not old.current.vertex_name:
             entries.append(entry(now, attempt, f"attempt {attempt} submitted as {new.current.vertex_name}"))
         if new.current.started_at and not old.current.started_at:
-            entries.append(entry(new.current.started_at, attempt, f"attempt {attempt} running"))
+            entries.append(
+                entry(new.current.started_at, attempt, f"attempt {attempt} running{_size_note(new)}")
+            )
         c = new.current
         if c.ended and c.ending is not None and not old.current.ended:
             entries.append(
@@ -106,11 +115,32 @@ def transition_entries(
     return entries
 
 
+def _size_note(state: JobState) -> str:
+    """' shrunk to 2 of 4 replicas' / ' grown back to 4 replicas' for an elastic job's start."""
+    policy, current = state.elastic, state.current
+    if policy is None or current is None or current.replicas is None:
+        return ""
+    if current.replicas != policy.full:
+        return f" shrunk to {elastic.nodes(current.replicas)} of {elastic.nodes(policy.full)} replicas"
+    ran_shrunk = any(
+        a.started_at is not None and a.replicas is not None and a.replicas != policy.full
+        for a in state.attempts[:-1]
+    )
+    return f" grown back to {elastic.nodes(policy.full)} replicas" if ran_shrunk else ""
+
+
+def requested_replicas(document: Json) -> list[int]:
+    """replicaCount of each pool as the request wrote it (0 for an empty pool)."""
+    pools = (document["request"].get("jobSpec") or {}).get("workerPoolSpecs") or []
+    return [int(pool.get("replicaCount", 0) or 0) if isinstance(pool, dict) else 0 for pool in pools]
+
+
 def status_document(document: Json, *, with_timeline: bool = True) -> Json:
     """The JSON a user sees for one job (HTTP API, `relaunch status`)."""
     state = document["state"]
     attempts = state.get("attempts", [])
     current = attempts[-1] if attempts else None
+    requested = requested_replicas(document)
     out = {
         "jobId": state["job_id"],
         "displayName": document["request"].get("displayName"),
@@ -125,6 +155,8 @@ def status_document(document: Json, *, with_timeline: bool = True) -> Json:
         "updatedAt": state["updated_at"],
         "terminalReason": state["terminal_reason"],
         "checkpointUri": document["request"]["checkpoint"]["uri"],
+        "requestedReplicas": requested,
+        "elastic": _elastic_view(state),
         "attempts": [
             {
                 "number": a["number"],
@@ -144,6 +176,9 @@ def status_document(document: Json, *, with_timeline: bool = True) -> Json:
                 "checkpointInterval": _interval_of(document, a["number"]),
                 "trainerFigures": (document.get(TRAINER_FIGURES_FIELD) or {}).get(str(a["number"])),
                 "progressUnknown": a.get("progress_unknown", False),
+                # Replicas per pool this attempt asked for (the request's unless it was shrunk).
+                "replicas": list(a.get("replicas") or requested),
+                "shrunk": a.get("replicas") is not None and list(a["replicas"]) != requested,
             }
             for a in attempts
         ],
@@ -151,6 +186,18 @@ def status_document(document: Json, *, with_timeline: bool = True) -> Json:
     if with_timeline:
         out["timeline"] = document.get("timeline", [])
     return out
+
+
+def _elastic_view(state: Json) -> Json | None:
+    policy = state.get("elastic")
+    if not policy:
+        return None
+    return {
+        "minReplicas": list(policy["minimum"]),
+        "shrinkAfterSeconds": policy["shrink_after_seconds"],
+        "growBack": policy["grow_back"],
+        "growBackAfterSeconds": policy.get("grow_back_after_seconds"),
+    }
 
 
 def _interval_of(document: Json, attempt: int) -> Json | None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
     AfterValidator,
@@ -19,6 +19,12 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from controller.core.adaptive_interval import DEFAULT_MAX_SECONDS, DEFAULT_MIN_SECONDS, IntervalSetting
+from controller.core.elastic import (
+    DEFAULT_SHRINK_AFTER_SECONDS,
+    GROW_AFTER,
+    GROW_EVERY_ATTEMPT,
+    GROW_NEVER,
+)
 from controller.core.policy import RestartPolicy
 from controller.request import labels as label_rules
 from controller.request.limits import JOB_ID_PATTERN, JOB_ID_RE, MAX_DISPLAY_NAME_LENGTH
@@ -306,6 +312,61 @@ class CheckpointModel(_Strict):
         return value.rstrip("/") if value.rstrip("/") not in ("gs:", "file:") else value
 
 
+_GROW_BACK_RE = re.compile(r"^after:(.+)$")
+
+
+def parse_grow_back(value: Any) -> tuple[str, float | None]:
+    """`elastic.growBack`: 'everyAttempt', 'never' or 'after:<duration>' -> (mode, seconds)."""
+    if value in (GROW_EVERY_ATTEMPT, GROW_NEVER) and isinstance(value, str):
+        return value, None
+    if isinstance(value, str):
+        match = _GROW_BACK_RE.match(value.strip())
+        if match:
+            return GROW_AFTER, parse_duration(match.group(1).strip(), "the time in 'after:'")
+    raise ValueError(
+        f"must be 'everyAttempt', 'never' or 'after:<duration>' like 'after:2h' (got {short_repr(value)})"
+    )
+
+
+class ElasticModel(_Strict):
+    """When a job whose pools set `minReplicaCount` runs smaller than requested, and grows back."""
+
+    shrink_after: Any = Field(
+        DEFAULT_SHRINK_AFTER_SECONDS,
+        description=(
+            "How long an attempt may wait for capacity (Vertex shows it QUEUED or PENDING) before it "
+            "is replaced by one at the pools' minReplicaCount: seconds, or '90s', '15m', '2h'. "
+            "An attempt that Vertex ends with a stockout before it ran is replaced at once."
+        ),
+        json_schema_extra={"type": ["number", "string"]},
+    )
+    grow_back: str = Field(
+        GROW_EVERY_ATTEMPT,
+        description=(
+            "When a shrunk job asks for its full size again, always at a new attempt (a running job "
+            "is never stopped to grow): 'everyAttempt' (each attempt after one that ran shrunk), "
+            "'after:<duration>' (only once the job has been shrunk that long), or 'never'."
+        ),
+        json_schema_extra={"pattern": "^(everyAttempt|never|after:.+)$"},
+    )
+
+    @field_validator("shrink_after")
+    @classmethod
+    def _valid_shrink_after(cls, value: Any) -> Any:
+        parse_duration(value, "shrinkAfter")
+        return value
+
+    @field_validator("grow_back")
+    @classmethod
+    def _valid_grow_back(cls, value: str) -> str:
+        parse_grow_back(value)
+        return value
+
+    @property
+    def shrink_after_seconds(self) -> float:
+        return parse_duration(self.shrink_after, "shrinkAfter")
+
+
 def _check_job_id(value: str) -> str:
     if not JOB_ID_RE.fullmatch(value):
         raise ValueError(
@@ -350,7 +411,9 @@ class JobRequestModel(_Strict):
     job_spec: dict[str, Any] = Field(
         description=(
             "A Vertex AI CustomJobSpec in REST (camelCase JSON) form, exactly what "
-            "`gcloud ai custom-jobs create --config` takes. Validated with the Vertex client library."
+            "`gcloud ai custom-jobs create --config` takes. Validated with the Vertex client library. "
+            "A workerPoolSpec may also carry Relaunch's minReplicaCount (1 to its replicaCount): the "
+            "fewest replicas the pool may run on (see elastic); it never reaches Vertex."
         ),
         json_schema_extra={
             "$comment": "https://cloud.google.com/vertex-ai/docs/reference/rest/v1/CustomJobSpec"
@@ -358,6 +421,14 @@ class JobRequestModel(_Strict):
     )
     checkpoint: CheckpointModel
     restart_policy: RestartPolicyModel = Field(default_factory=RestartPolicyModel)
+    elastic: ElasticModel | None = Field(
+        None,
+        description=(
+            "Shrink to fit: with minReplicaCount set on a workerPoolSpec, run on fewer replicas "
+            "when the full size is not to be had, and grow back later. Defaults apply when "
+            "minReplicaCount is set and this is omitted."
+        ),
+    )
     labels: dict[LabelKey, LabelValue] = Field(
         default_factory=dict,
         description=(
@@ -421,7 +492,9 @@ def _allowed_field_names(model: type[BaseModel] | None, parent: tuple) -> list[s
             return []
         match = next((f for name, f in model.model_fields.items() if (f.alias or name) == part), None)
         annotation = match.annotation if match else None
-        model = annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
+        # An optional block (`ElasticModel | None`) names its model inside the union.
+        candidates = (annotation, *get_args(annotation))
+        model = next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)
     if model is None:
         return []
     return [f.alias or name for name, f in model.model_fields.items()]

@@ -13,7 +13,9 @@ from pydantic import (
 )
 
 from controller.core.adaptive_interval import IntervalSetting
+from controller.core.elastic import ElasticPolicy
 from controller.core.policy import RestartPolicy
+from controller.request.elastic import elastic_policy, split_min_replicas, with_min_replicas
 from controller.request.fields import (
     CancelRequestModel,
     JobRequestModel,
@@ -56,6 +58,8 @@ class JobRequest:
     labels: dict[str, str]
     # `checkpoint.interval`: None leaves the trainer's own flags in charge.
     checkpoint_interval: IntervalSetting | None = None
+    # minReplicaCount on some pool: the job may run smaller than requested (controller.core.elastic).
+    elastic: ElasticPolicy | None = None
 
     def to_json(self) -> dict:
         """Canonical camelCase form; `parse_request` accepts it back and yields an equal request."""
@@ -63,7 +67,7 @@ class JobRequest:
         document = {"jobId": self.job_id}
         if self.display_name is not None:
             document["displayName"] = self.display_name
-        document["jobSpec"] = spec_to_rest(self.job_spec)
+        document["jobSpec"] = with_min_replicas(spec_to_rest(self.job_spec), self.elastic)
         # Keep explicit retry choices (false included) in the canonical form, so a request
         # parsed back from storage renders the same CustomJob.
         written = self.job_spec_rest.get("scheduling") or {}
@@ -79,6 +83,8 @@ class JobRequest:
         if self.checkpoint_interval is not None:
             document["checkpoint"]["interval"] = self.checkpoint_interval.to_json()
         document["restartPolicy"] = policy.to_request_json()
+        if self.elastic is not None:
+            document["elastic"] = self.elastic.to_request_json()
         document["labels"] = dict(sorted(self.labels.items()))
         return document
 
@@ -137,9 +143,19 @@ def _parse_job(document: dict, allow_local_checkpoints: bool) -> JobRequest:
 
     spec = None
     spec_rest = document.get("jobSpec")
-    if isinstance(spec_rest, dict):
-        spec, spec_problems = parse_job_spec(spec_rest, path=("jobSpec",))
+    # Vertex has no minReplicaCount: it is Relaunch's, taken out before the Vertex library looks.
+    vertex_rest, minimums, min_problems = split_min_replicas(spec_rest)
+    problems.extend(min_problems)
+    if isinstance(vertex_rest, dict):
+        spec, spec_problems = parse_job_spec(vertex_rest, path=("jobSpec",))
         problems.extend(spec_problems)
+
+    elastic = None
+    if spec is not None and model is not None:
+        elastic, elastic_problems = elastic_policy(
+            spec, minimums, model.elastic if model is not None else None, "elastic" in document
+        )
+        problems.extend(elastic_problems)
 
     if model is not None and spec is not None and model.checkpoint.interval_setting is not None:
         problems.extend(_interval_env_problems(spec))
@@ -155,6 +171,7 @@ def _parse_job(document: dict, allow_local_checkpoints: bool) -> JobRequest:
         restart_policy=model.restart_policy.to_policy(),
         labels=dict(model.labels),
         checkpoint_interval=model.checkpoint.interval_setting,
+        elastic=elastic,
     )
 
 

@@ -11,6 +11,8 @@ is exactly what would be created. Rules (also in docs/requests.md):
   committed checkpoint), replacing any user value of the same name; with a checkpoint interval
   (the request's fixed seconds, or the controller's choice for `auto`) also
   RELAUNCH_CHECKPOINT_INTERVAL_SECONDS, replacing the user's; without one the user's is kept;
+- replica counts: the attempt's own size where the controller chose one (an elastic job,
+  `minReplicaCount`, which Vertex does not know and never sees), else the request's;
 - scheduling strategy: STANDARD (on-demand; `ON_DEMAND` is deprecated) when `on_demand` is set;
   SPOT when the user set none (Relaunch exists for Spot capacity, and Vertex's own default would
   be STANDARD); the user's otherwise;
@@ -82,11 +84,13 @@ def build_custom_job(
     resume_from: str | None = None,
     on_demand: bool = False,
     checkpoint_interval_seconds: float | None = None,
+    replicas: tuple[int, ...] | None = None,
 ) -> vertex.CustomJob:
     """The CustomJob for attempt `attempt` (1-based) of `request`.
 
     `checkpoint_interval_seconds` is what the controller chose for this attempt (for an `auto`
-    request); None renders the request's fixed interval, if it has one."""
+    request); None renders the request's fixed interval, if it has one. `replicas`: the attempt's
+    replica count per pool (an elastic job's chosen size); None keeps the request's."""
     if isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 1:
         raise ValueError(f"attempt counts from 1 (got {attempt!r})")
     spec = vertex.CustomJobSpec.deserialize(vertex.CustomJobSpec.serialize(request.job_spec))
@@ -99,6 +103,14 @@ def build_custom_job(
         ours.append(
             vertex.EnvVar(name=CHECKPOINT_INTERVAL_ENV, value=interval_env_value(checkpoint_interval_seconds))
         )
+    if replicas is not None:
+        if len(replicas) != len(spec.worker_pool_specs):
+            raise ValueError(
+                f"replicas {replicas} name {len(replicas)} pools, the job has {len(spec.worker_pool_specs)}"
+            )
+        for pool, count in zip(spec.worker_pool_specs, replicas, strict=True):
+            if pool.replica_count > 0:  # an empty placeholder pool stays empty
+                pool.replica_count = count
     for pool in spec.worker_pool_specs:
         # Empty `{}` pools are placeholders Vertex skips; giving them env would make them real.
         if "container_spec" in pool:

@@ -655,6 +655,7 @@ class Engine:
                 resume_from=action.resume_from_uri,
                 on_demand=action.on_demand,
                 checkpoint_interval_seconds=interval,
+                replicas=action.replicas,
             )
 
         _crash_point("after-intent")
@@ -696,6 +697,7 @@ class Engine:
                 vertex_job=submission.job.name,
                 resume_from=action.resume_from_uri,
                 on_demand=action.on_demand,
+                replicas=list(action.replicas) if action.replicas is not None else None,
             )
         else:
             bound.info("adopted existing vertex job", vertex_job=submission.job.name)
@@ -787,7 +789,8 @@ class Engine:
 
     def _resolve_alerts(self, old: JobState, new: JobState) -> None:
         """capacity_wait clears once an attempt runs, or when the job ends (nothing waits any
-        more); the sink only publishes it if that alert had fired."""
+        more); running_shrunk once an attempt runs at the full size again, or the job ends. The
+        sink only publishes a resolution if that alert had fired."""
         current = new.current
         if current is None:
             return
@@ -802,6 +805,21 @@ class Engine:
                 new.job_id,
                 f"job {new.job_id} no longer waits for capacity: {what}",
                 attempt=current.number,
+            )
+        policy = new.elastic
+        full_size = policy is not None and (current.replicas is None or current.replicas == policy.full)
+        if policy is not None and ((started and full_size) or ended):
+            # An elastic job grew back to its full size (or ended): the shrink alert resolves, an
+            # INFO line that never pages; the sink publishes it only if that alert had fired.
+            if started and full_size:
+                log.info("elastic job grown back to its full size", job_id=new.job_id, attempt=current.number)
+            what = (
+                f"attempt {current.number} runs on all {sum(policy.full)} replicas"
+                if started and full_size
+                else f"job {new.phase.value}"
+            )
+            self.alerts.resolve(
+                "running_shrunk", new.job_id, f"job {new.job_id} grown back: {what}", attempt=current.number
             )
 
     def _job_changed(self, document: dict[str, Any], state: JobState, now: float) -> None:

@@ -84,7 +84,7 @@ class Intake:
             if refusal is not None:
                 return self._reject(data, refusal.status, refusal.reason, request.job_id)
             now = self.engine.clock()
-            state = new_job(request.job_id, request.restart_policy, now)
+            state = new_job(request.job_id, request.restart_policy, now, request.elastic)
             timeline = [entry(now, 0, "request accepted")]
             cancelled_before = self.store.get(cancel_key(request.job_id)) is not None
             if cancelled_before:

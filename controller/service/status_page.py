@@ -133,7 +133,7 @@ def _job_detail(doc: dict, now: float) -> str:
             "<tr>"
             f"<td class='num'>{a['number']}</td>"
             f"<td><code>{_text((a['vertexJob'] or '-').rsplit('/', 1)[-1])}</code></td>"
-            f"<td>{'on-demand' if a['onDemand'] else 'spot'}</td>"
+            f"<td>{'on-demand' if a['onDemand'] else 'spot'}{_replicas(a)}</td>"
             f"<td>{_utc(a['startedAt'])}</td><td>{_utc(a['endedAt'])}</td>"
             f"<td style='color:{colour}'>{how}</td>"
             f"<td class='num'>{_text(a['resumeFromStep'] if a['resumeFromStep'] is not None else '-')}</td>"
@@ -163,6 +163,14 @@ def _job_detail(doc: dict, now: float) -> str:
     elapsed = duration(result.total)
     back = f"<p><a href='/'>All jobs</a> · job age {escape(elapsed)}</p>"
     return back + summary + attempt_table + picture + timeline_table
+
+
+def _replicas(attempt: dict) -> str:
+    """', 2 replicas (shrunk)': the size the attempt asked for (an elastic job may run smaller)."""
+    count = sum(attempt.get("replicas") or [])
+    if not count:
+        return ""
+    return f", {count} replicas" + (" <strong>(shrunk)</strong>" if attempt.get("shrunk") else "")
 
 
 def _interval(chosen: dict | None) -> str:

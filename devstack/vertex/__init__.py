@@ -21,7 +21,8 @@ Covered
     grace, SIGKILL, in-place restarts, then a STOCKOUT-style FAILED), success on the primary
     replica's exit 0, 134/139 retried 3 times, user errors with the documented text and code 3,
     stockouts retried then failed with the documented text, ``error`` set a delay after FAILED,
-    quota shortfalls (QUEUED or 429), Scheduling (STANDARD/SPOT/FLEX_START with
+    quota shortfalls (QUEUED or 429), a stockout that leaves room for N replicas of a machine
+    type (``set_capacity``: bigger gangs wait QUEUED/PENDING or fail), Scheduling (STANDARD/SPOT/FLEX_START with
     ``max_wait_duration``, ``timeout``, ``disable_retries``), the documented service log lines.
   * Simulated replicas (``devstack.vertex.simulated``): the same lifecycle with no process, for
     thousands of jobs; finished jobs seeded in bulk (``seed_finished``); every RPC counted.

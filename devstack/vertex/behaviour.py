@@ -51,6 +51,11 @@ class VertexBehaviour:
     stockout_restarts: int = 3  # documented: a stockout is "restarted up to 3 times"
     # --- quota shortfall [training-service] / [issues] ---------------------------------------
     quota_metric: str = "aiplatform.googleapis.com/custom_model_training_cpus"  # assumed suffix
+    # --- a stockout that leaves room for fewer replicas (`set_capacity`) ---------------------
+    # unknown: the state a job shows while it waits for machines. "Waiting for job to be
+    # provisioned." is a documented service line [logs] and devstack writes it on PENDING;
+    # [training-service] says a job short of quota "stays QUEUED". Assumed: QUEUED.
+    capacity_wait_state: str = "QUEUED"
     # --- FLEX_START [types]: max_wait_duration defaults to 1 day; 0 waits for ever -------------
     flex_start_default_max_wait_seconds: float = 86400.0
     # --- log entries [gcloud ai custom-jobs stream-logs] ---------------------------------------
@@ -64,6 +69,8 @@ class VertexBehaviour:
         unknown = sorted(set(changes) - known)
         if unknown:
             raise ValueError(f"unknown Vertex behaviour knob(s): {', '.join(unknown)}")
+        if changes.get("capacity_wait_state", "QUEUED") not in ("QUEUED", "PENDING"):
+            raise ValueError("capacity_wait_state must be QUEUED or PENDING")
         if "crash_restart_exit_codes" in changes:
             changes["crash_restart_exit_codes"] = frozenset(changes["crash_restart_exit_codes"])
         return replace(self, **changes)

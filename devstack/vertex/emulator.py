@@ -37,7 +37,15 @@ from devstack.vertex.behaviour import QUOTA_TEXT, VertexBehaviour
 from devstack.vertex.errors import ApiError
 from devstack.vertex.faults import ApiDelays, ApiFaults, Quotas
 from devstack.vertex.filters import FilterError, parse_filter
-from devstack.vertex.jobrun import TERMINAL_STATES, JobRecord, JobRunner, Reclaim, Stockout
+from devstack.vertex.jobrun import (
+    CAPACITY_MODES,
+    TERMINAL_STATES,
+    Capacity,
+    JobRecord,
+    JobRunner,
+    Reclaim,
+    Stockout,
+)
 from devstack.vertex.service import JobServiceHandler
 from devstack.vertex.simulated import Alarms, Simulation, simulation_for
 from devstack.vertex.validation import validate_custom_job
@@ -116,6 +124,7 @@ class VertexEmulator:
         self._operation_ids = itertools.count(1)
         self._stockout = Stockout()
         self._quota_shortfall: str | None = None
+        self._capacity: Capacity | None = None  # set_capacity: replicas of a machine type to be had
         self._lost_create_replies = 0
         self.behaviour = behaviour or VertexBehaviour()
         self.faults = ApiFaults()
@@ -212,6 +221,9 @@ class VertexEmulator:
                 return
             record.job.end_time = _now()
             self.transition(record, state, error)
+            if record.capacity_held:
+                record.capacity_held = 0
+                self.wake()  # the machines are free: every job waiting for capacity looks again
 
     def stockout_queues_jobs(self) -> bool:
         with self.changed:
@@ -224,6 +236,26 @@ class VertexEmulator:
     def quota_holds_new_jobs(self) -> bool:
         with self.changed:
             return self._quota_shortfall == "queue"
+
+    def capacity_mode(self) -> str | None:
+        with self.changed:
+            return None if self._capacity is None else self._capacity.mode
+
+    def take_capacity(self, record: JobRecord) -> bool:
+        """Reserve the job's gang on the limited machine type if it fits in what live jobs leave
+        free (all of it or nothing); True when it holds it now or needs none. Caller may hold the lock."""
+        with self.changed:
+            capacity = self._capacity
+            if record.capacity_held or capacity is None:
+                return True
+            needed = capacity.gang(record.job)
+            if needed == 0:
+                return True
+            used = sum(r.capacity_held for r in self._jobs.values() if r.active)
+            if used + needed > capacity.replicas:
+                return False
+            record.capacity_held = needed
+            return True
 
     def take_lost_create_reply(self) -> bool:
         """Whether this served create's reply is to be lost (see `lose_create_replies`)."""
@@ -455,6 +487,24 @@ class VertexEmulator:
             raise ValueError("count must not be negative")
         with self.changed:
             self._lost_create_replies = count
+
+    def set_capacity(
+        self, replicas: int | None, machine_type: str | None = None, mode: str = "queue"
+    ) -> None:
+        """A stockout that leaves room for ``replicas`` replicas of ``machine_type`` (every machine
+        type when None), shared by all jobs: a job whose gang needs more than the free replicas
+        waits with ``mode="queue"`` (shown QUEUED, or PENDING with the behaviour knob
+        ``capacity_wait_state``) until jobs end and free enough, or with ``mode="fail"`` is
+        provisioned as a stockout is (retried while it lasts, then FAILED code 8 with the
+        documented text). Jobs that already hold machines keep them. None lifts the limit and
+        releases every waiting job."""
+        if mode not in CAPACITY_MODES:
+            raise ValueError(f"capacity mode must be one of {CAPACITY_MODES}, got {mode!r}")
+        if replicas is not None and replicas < 0:
+            raise ValueError("replicas must not be negative")
+        with self.changed:
+            self._capacity = None if replicas is None else Capacity(int(replicas), machine_type, mode)
+            self.wake()
 
     def set_stockout(self, queue_seconds: float = 0.0, fail: bool = False) -> None:
         """New jobs wait ``queue_seconds`` before provisioning; with ``fail``, provisioning fails

@@ -59,6 +59,10 @@ class JobHost(Protocol):
 
     def quota_holds_new_jobs(self) -> bool: ...
 
+    def capacity_mode(self) -> str | None: ...
+
+    def take_capacity(self, record: JobRecord) -> bool: ...
+
     def wake(self, record: JobRecord | None = None) -> None: ...
 
     @property
@@ -69,6 +73,26 @@ class JobHost(Protocol):
 class Stockout:
     queue_seconds: float = 0.0
     fail: bool = False
+
+
+CAPACITY_MODES = ("queue", "fail")
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """How many replicas of one machine type (None: of any) are to be had right now."""
+
+    replicas: int
+    machine_type: str | None = None
+    mode: str = "queue"  # "queue": wait for machines; "fail": a stockout ending
+
+    def gang(self, job: CustomJob) -> int:
+        """Replicas of the limited machine type the job needs, all at once."""
+        return sum(
+            pool.replica_count
+            for pool in job.job_spec.worker_pool_specs
+            if self.machine_type is None or pool.machine_spec.machine_type == self.machine_type
+        )
 
 
 @dataclass(frozen=True)
@@ -100,6 +124,9 @@ class JobRecord:
     thread: threading.Thread | None = None
     # Simulated replicas (devstack.vertex.simulated), fixed when the job is created; None: processes.
     simulation: Simulation | None = None
+    # Replicas of a limited machine type this job holds (`VertexEmulator.set_capacity`), from
+    # provisioning to its end; 0 when it holds none.
+    capacity_held: int = 0
 
     @property
     def active(self) -> bool:
@@ -164,7 +191,11 @@ class JobRunner:
     def _run(self) -> None:
         if not self._wait_in_queue():
             return
+        if not self._wait_for_capacity(JobState.JOB_STATE_QUEUED):
+            return
         self.host.advance(self.record, JobState.JOB_STATE_PENDING)
+        if not self._wait_for_capacity(JobState.JOB_STATE_PENDING):
+            return
         if not self._provision():
             return
         self.host.service_log(self.record, "Job is preparing.")
@@ -195,6 +226,19 @@ class JobRunner:
                 break
         return not self._end_if_interrupted()
 
+    def _wait_for_capacity(self, shown: JobState) -> bool:
+        """A gang larger than the free replicas of its machine type waits, shown as ``shown``
+        (QUEUED or PENDING: which one Vertex shows is *unknown*, the `capacity_wait_state` knob),
+        until finished jobs free enough; the whole gang or nothing, as Vertex starts a job.
+        False if the job ended meanwhile."""
+        host = self.host
+        if host.capacity_mode() != "queue" or host.behaviour.capacity_wait_state != shown.name.removeprefix(
+            "JOB_STATE_"
+        ):
+            return True
+        self._wait(lambda: self._stop_or_interrupt_seen() or self.host.take_capacity(self.record), None)
+        return not self._end_if_interrupted()
+
     def _flex_start_max_wait(self) -> float:
         scheduling = self.record.scheduling
         if scheduling.strategy != Scheduling.Strategy.FLEX_START:
@@ -212,7 +256,7 @@ class JobRunner:
             self._wait(self._stop_or_interrupt_seen, host.provisioning_seconds)
             if self._end_if_interrupted():
                 return False
-            if not host.stockout_fails():
+            if not host.stockout_fails() and host.take_capacity(self.record):
                 return True
         self._fail(status(code_pb2.RESOURCE_EXHAUSTED, STOCKOUT_TEXT.format(region=host.region)))
         return False

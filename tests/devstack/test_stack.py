@@ -158,6 +158,19 @@ def test_control_server_preempts_and_injects_api_faults(devstack):
     finally:
         control.stockout()
 
+    # The capacity knob over HTTP: a bad mode is refused with its reason, a good one takes effect.
+    with pytest.raises(ControlError, match="capacity mode must be one of"):
+        control.capacity(2, mode="sometimes")
+    control.capacity(0, "control-test-machine", mode="fail")
+    try:
+        job = command_job("no-room", [(1, ["python", "-c", "pass"])])
+        job.job_spec.worker_pool_specs[0].machine_spec.machine_type = "control-test-machine"
+        starved = jobs.create_custom_job(parent=_parent(), custom_job=job)
+        ended = devstack.vertex.wait_for_error(starved.name, timeout=120)
+        assert ended.error.code == 8 and "Resources are insufficient" in ended.error.message
+    finally:
+        control.capacity(None)
+
 
 def _exports(stdout: str) -> dict[str, str]:
     env = {}
@@ -217,7 +230,7 @@ def test_relaunch_devstack_up_env_down_in_the_background(tmp_path, relaunch, mon
     assert after.returncode == 1 and "no devstack running" in after.stderr
 
 
-@pytest.mark.parametrize("verb", ["up", "env", "down", "status", "preempt", "stockout", "faults"])
+@pytest.mark.parametrize("verb", ["up", "env", "down", "status", "preempt", "stockout", "capacity", "faults"])
 def test_every_devstack_verb_explains_itself_with_an_example(relaunch, verb):
     shown = relaunch("devstack", verb, "--help", timeout=60)
     assert shown.returncode == 0

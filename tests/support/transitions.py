@@ -11,6 +11,7 @@ import random
 
 from controller.core import events as ev
 from controller.core.decide import CoreConfig, decide, new_job
+from controller.core.elastic import ElasticPolicy
 from controller.core.policy import Backoff, RestartPolicy
 from tests.support.core_driver import PREEMPTED, STOCKOUT, USER_ERROR, vname
 
@@ -38,7 +39,8 @@ def random_event(rng: random.Random, current: int) -> ev.Event:
     if kind == 2:
         return ev.AttemptNotFound(attempt)
     if kind == 3:
-        return ev.SubmitFailed(attempt, "boom", rng.random() < 0.3)
+        permanent = rng.random() < 0.3
+        return ev.SubmitFailed(attempt, "boom", permanent, capacity=not permanent and rng.random() < 0.3)
     if kind == 4:
         return ev.VertexObserved(attempt, name, rng.choice(LIVE))
     if kind == 5:
@@ -66,7 +68,9 @@ def observed_transitions(walks: int = 3000, steps: int = 40, seed: int = 7) -> s
             backoff=Backoff(initial_seconds=10, multiplier=2, max_seconds=100, jitter=0.2),
             crash_loop_attempts=rng.randint(1, 3),
         )
-        state = new_job("walk", policy, 0.0)
+        # Every other walk is an elastic job (shrink to fit): its replacements are transitions too.
+        elastic = ElasticPolicy((1, 3), (1, 1), shrink_after_seconds=300.0) if rng.random() < 0.5 else None
+        state = new_job("walk", policy, 0.0, elastic)
         now = 0.0
         for _ in range(steps):
             current = state.current.number if state.current else 0

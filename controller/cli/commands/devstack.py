@@ -52,6 +52,14 @@ _HELP = {
         "example:\n  relaunch devstack stockout --seconds 30 --fail\n"
         "  relaunch devstack stockout          # back to normal",
     ),
+    "capacity": (
+        "leave room for only N replicas (of one machine type): bigger gangs wait or fail",
+        "A job whose gang needs more replicas than are free waits QUEUED until jobs end\n"
+        "and free enough (--fail: ends FAILED code 8 with the stockout text instead).\n"
+        "No --replicas lifts the limit.\n\n"
+        "example:\n  relaunch devstack capacity --replicas 2 --machine-type g2-standard-8\n"
+        "  relaunch devstack capacity          # back to normal",
+    ),
     "faults": (
         "answer a fraction of Vertex API calls with gRPC errors",
         "example:\n  relaunch devstack faults --rate 0.3 --codes UNAVAILABLE,DEADLINE_EXCEEDED\n"
@@ -105,6 +113,10 @@ def register(subparsers) -> None:
     stockout = verb("stockout", _stockout)
     stockout.add_argument("--seconds", type=float, default=0.0, help="how long new jobs queue")
     stockout.add_argument("--fail", action="store_true", help="then fail them with code 8")
+    capacity = verb("capacity", _capacity)
+    capacity.add_argument("--replicas", type=int, default=None, help="replicas to be had (unset: no limit)")
+    capacity.add_argument("--machine-type", default=None, help="the limited machine type (unset: every one)")
+    capacity.add_argument("--fail", action="store_true", help="a gang that does not fit fails (code 8)")
     faults = verb("faults", _faults)
     faults.add_argument("--rate", type=float, required=True, help="fraction of calls, 0 to 1")
     faults.add_argument(
@@ -329,6 +341,17 @@ def _stockout(args) -> int:
         else (f"new jobs queue {args.seconds:g}s" + (" then fail (code 8)" if args.fail else ""))
     )
     print(f"stockout: {state}", file=sys.stderr)
+    return 0
+
+
+def _capacity(args) -> int:
+    _control(args).capacity(args.replicas, args.machine_type, "fail" if args.fail else "queue")
+    if args.replicas is None:
+        print("capacity: no limit", file=sys.stderr)
+    else:
+        which = args.machine_type or "any machine type"
+        then = "fail (code 8)" if args.fail else "wait"
+        print(f"capacity: {args.replicas} replicas of {which}; bigger gangs {then}", file=sys.stderr)
     return 0
 
 

@@ -63,6 +63,8 @@ def _run(args: argparse.Namespace) -> int:
                         "waiting": a.waiting,
                         "checkpointInterval": interval,
                         "figures": a.source,
+                        "replicas": a.nodes,
+                        "nodeSeconds": a.running * a.nodes,
                     }
                     for a, interval in zip(
                         result.attempts, [s.get("checkpointInterval") for s in status["attempts"]]
@@ -79,7 +81,8 @@ def _run(args: argparse.Namespace) -> int:
             )
             print(
                 f"  attempt {row.number}: running {duration(row.running)}, productive "
-                f"{duration(row.productive)}, lost {duration(row.lost)} ({row.source}){interval}"
+                f"{duration(row.productive)}, lost {duration(row.lost)} ({row.source}), "
+                f"{row.nodes} replicas{' (shrunk)' if attempt.get('shrunk') else ''}{interval}"
             )
             if chosen and chosen.get("mode") == "auto":
                 print(f"    {printable(chosen.get('explanation', ''))}")

@@ -101,6 +101,8 @@ def describe_job(doc: dict, now: float) -> str:
         f"checkpoint:  step {view.dash(doc['latestCheckpointStep'])} under {printable(doc['checkpointUri'])}",
         f"goodput:     {compute(doc, now).summary()}",
     ]
+    if doc.get("elastic"):
+        lines.append(f"size:        {_size_line(doc)}")
     if doc["nextAttemptAt"] and doc["phase"] == "backing_off":
         lines.append(f"next:        attempt at {view.utc(doc['nextAttemptAt'])} UTC")
     if not doc["attempts"]:
@@ -115,6 +117,7 @@ def describe_job(doc: dict, now: float) -> str:
             view.dash(a["resumeFromStep"]),
             "unknown" if a.get("progressUnknown") else view.dash(a["checkpointStepAtEnd"]),
             interval_cell(a.get("checkpointInterval")),
+            _replicas_cell(a),
         ]
         for a in doc["attempts"]
     ]
@@ -127,8 +130,32 @@ def describe_job(doc: dict, now: float) -> str:
         "FROM STEP",
         "STEP AT END",
         "CKPT EVERY",
+        "REPLICAS",
     ]
     return "\n".join(lines + ["", view.table(headers, rows), *interval_lines(doc["attempts"])])
+
+
+def _replicas_cell(attempt: dict) -> str:
+    """'2 (1+1) shrunk' or '4 (1+3)': the replicas per pool the attempt asked for."""
+    replicas = [count for count in attempt.get("replicas") or [] if count]
+    if not replicas:
+        return "-"
+    text = f"{sum(replicas)} ({'+'.join(map(str, replicas))})"
+    return text + (" shrunk" if attempt.get("shrunk") else "")
+
+
+def _size_line(doc: dict) -> str:
+    elastic = doc["elastic"]
+    requested, minimum = sum(doc["requestedReplicas"]), sum(elastic["minReplicas"])
+    current = doc["attempts"][-1] if doc["attempts"] else None
+    now = f"{sum(current['replicas'])} of " if current else ""
+    grow = elastic["growBack"]
+    if elastic.get("growBackAfterSeconds"):
+        grow += f" {elastic['growBackAfterSeconds']:.0f}s"
+    return (
+        f"{now}{requested} replicas requested, at least {minimum} (shrink after "
+        f"{elastic['shrinkAfterSeconds']:.0f}s waiting; grow back: {grow})"
+    )
 
 
 def interval_cell(chosen: dict[str, Any] | None) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from controller.core.classify import Ending
@@ -215,3 +217,41 @@ def test_the_trainers_exit_record_figures_replace_the_estimate_where_present():
     assert (first.recomputed_steps, first.stall_seconds) == (50, 4.0)
     assert (second.productive, second.source, second.recomputed_steps) == (50, "estimate", None)
     assert "trainer's figures for 1 of 2 attempts, the rest estimated" in measured.summary()
+
+
+def test_work_is_counted_at_the_size_actually_run():
+    """A shrunk attempt on 2 of 4 replicas advancing at half the full gang's rate lost nothing:
+    per node it worked as fast. Without the sizes it would be charged half its time as lost."""
+    full = (1, 3)
+    shrunk = (1, 1)
+    attempts = (
+        # Full size, 4 replicas: 100 steps in 100 s, then reclaimed right after a commit.
+        replace(
+            attempt(
+                1, requested=0, submitted=0, started=0, ended=100, ending=Ending.PREEMPTED, step_at_end=100
+            ),
+            replicas=full,
+        ),
+        # Shrunk, 2 replicas: 50 steps in 100 s, reclaimed right after a commit.
+        replace(
+            attempt(
+                2,
+                requested=100,
+                submitted=100,
+                started=100,
+                ended=200,
+                ending=Ending.PREEMPTED,
+                resume=100,
+                step_at_end=150,
+            ),
+            replicas=shrunk,
+        ),
+    )
+    document = stored(Phase.RUNNING, *attempts)
+    document["request"]["jobSpec"] = {"workerPoolSpecs": [{"replicaCount": 1}, {"replicaCount": 3}]}
+    result = compute(document, now=200.0)
+    assert [row.nodes for row in result.attempts] == [4, 2]
+    assert [row.productive for row in result.attempts] == pytest.approx([100.0, 100.0])
+    assert result.node_seconds == pytest.approx(4 * 100 + 2 * 100)
+    assert result.productive_node_seconds == pytest.approx(600.0)
+    assert "ran on 2/4 replicas" in result.summary()
