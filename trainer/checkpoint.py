@@ -358,7 +358,7 @@ class Checkpointer:
                         floor=floor,
                     )
                 # At another world size the engine reshards what it needs (DeepSpeed converts
-                # to a universal checkpoint in a scratch dir under `local`, removed below).
+                # to a universal checkpoint in a node-local scratch dir; DDP needs nothing).
                 load_started = time.monotonic()
                 engine.restore(local, step, marker.world_size)
                 if marker.world_size != self.world_size:

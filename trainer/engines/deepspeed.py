@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from typing import Any
 
 import torch
@@ -25,9 +27,15 @@ def deepspeed_config(cfg, on_gpu: bool) -> dict:
     if cfg.deepspeed_config:
         try:
             with open(cfg.deepspeed_config) as fh:
-                return json.load(fh)
+                config = json.load(fh)
         except (OSError, ValueError) as exc:
             raise ConfigError(f"--deepspeed-config {cfg.deepspeed_config!r}: {exc}") from None
+        if cfg.global_batch_size is not None:
+            # The batch split follows the world size of each attempt: the file cannot fix it.
+            config.pop("train_batch_size", None)
+            config["train_micro_batch_size_per_gpu"] = cfg.batch_size
+            config["gradient_accumulation_steps"] = cfg.grad_accum
+        return config
     return {
         "train_micro_batch_size_per_gpu": cfg.batch_size,
         "gradient_accumulation_steps": cfg.grad_accum,
@@ -89,14 +97,41 @@ class DeepSpeedEngine:
             return
         # ZeRO partitions the optimizer state by rank, so a checkpoint written by another number
         # of ranks is first converted to DeepSpeed's universal (per-parameter, unpartitioned)
-        # format, then loaded with load_universal_checkpoint, which repartitions it.
-        universal_root = os.path.join(local_dir, UNIVERSAL_SUBDIR)
-        convert_to_universal(
-            os.path.join(local_dir, SUBDIR, _tag(step)),
-            os.path.join(universal_root, _tag(step)),
-            self.conversion_timeout,
-        )
-        self._load(universal_root, step, universal=True)
+        # format, then loaded with load_universal_checkpoint, which repartitions it. One process
+        # per node converts (the converter holds the whole state in memory) into a node-local
+        # scratch dir the node's ranks share; it is removed once every rank has loaded it.
+        shared = node_scratch_dir(step)
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        universal_root = shared or os.path.join(local_dir, UNIVERSAL_SUBDIR)
+        error: Exception | None = None
+        if shared is None or local_rank == 0:
+            shutil.rmtree(universal_root, ignore_errors=True)
+            try:
+                convert_to_universal(
+                    os.path.join(local_dir, SUBDIR, _tag(step)),
+                    os.path.join(universal_root, _tag(step)),
+                    self.conversion_timeout,
+                )
+            except RuntimeError as exc:
+                error = exc
+        try:
+            if self._everyone_ok(error is None):
+                self._load(universal_root, step, universal=True)
+        except Exception as exc:
+            error = exc
+        loaded = self._everyone_ok(error is None)
+        if shared is not None and local_rank == 0:
+            shutil.rmtree(shared, ignore_errors=True)
+        if error is not None:
+            raise error
+        if not loaded:
+            raise RuntimeError(f"another rank could not convert or load checkpoint step {step}")
+
+    def _everyone_ok(self, ok: bool) -> bool:
+        """AND over all ranks, so a failure on one rank never leaves the others waiting."""
+        flag = torch.tensor([int(ok)], dtype=torch.int32, device=self.device)
+        torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MIN)
+        return bool(flag.item())
 
     def _load(self, load_dir: str, step: int, universal: bool) -> None:
         # The engine reads this config flag at load time only; later loads (if any) are normal ones.
@@ -122,6 +157,15 @@ class DeepSpeedEngine:
 
     def optimizer_steps(self) -> int:
         return int(self.engine.global_steps)
+
+
+def node_scratch_dir(step: int) -> str | None:
+    """A directory every worker of this node (same launcher, same TMPDIR) names alike; None when
+    not started by our launcher: then every rank converts into its own restore dir."""
+    launcher = os.environ.get("RELAUNCH_LAUNCHER_PID")
+    if not launcher:
+        return None
+    return os.path.join(tempfile.gettempdir(), f"relaunch-universal-{launcher}-{_tag(step)}")
 
 
 def convert_to_universal(tag_dir: str, output_dir: str, timeout_seconds: float) -> None:
