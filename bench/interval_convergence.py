@@ -11,7 +11,10 @@ their whole write is the stall C the controller reads from the commit markers.
 
 The schedule reclaims each attempt once it has trained a given number of steps past the step it
 resumed from (read from its trainer's log; steps rather than seconds so that the schedule
-completes however loaded the machine is): announced reclaims (SIGTERM, 20 s of grace: the
+completes however loaded the machine is), the first attempt also not before a periodic
+checkpoint committed (C is measured from periodic saves only: an emergency save's stall is no
+measure of one, so without it C would stay the 30 s default and the interval at its max):
+announced reclaims (SIGTERM, 20 s of grace: the
 emergency checkpoint commits, nothing is lost) and SIGKILLs with no warning (no emergency save:
 everything since the last periodic checkpoint is lost). Only the SIGKILLs are work-losing
 endings; the controller counts them per capacity class, and before each attempt picks the
@@ -136,7 +139,7 @@ def run_schedule(demo: Demo, job_id: str, say) -> tuple[dict, list[str]]:
         ):
             after, grace = SCHEDULE[k]
             trained = _step_reached(demo, current["vertexJob"]) - (current["resumeFromStep"] or 0)
-            if trained >= after:
+            if trained >= after and (k > 0 or _committed(demo, current["vertexJob"])):
                 kind = "SIGKILL, no warning" if grace == 0 else f"SIGTERM, {grace:.0f} s grace"
                 say(f"RECLAIM {k + 1} of attempt {current['number']} ({kind})")
                 if not demo.stack.preempt(current["vertexJob"], grace_seconds=grace, end_job=True):
@@ -159,6 +162,15 @@ def _step_reached(demo: Demo, vertex_job: str) -> int:
         if '"message": "train"' in line:
             return int(json.loads(line)["step"])
     return -1
+
+
+def _committed(demo: Demo, vertex_job: str) -> bool:
+    """Whether the attempt's chief logged a committed checkpoint (before any reclaim: a periodic one)."""
+    log = demo.dir / "devstack" / "vertex" / vertex_job.rsplit("/", 1)[-1] / "workerpool0-0.log"
+    try:
+        return '"message": "checkpoint committed"' in log.read_text(errors="replace")
+    except FileNotFoundError:
+        return False
 
 
 def main(argv: list[str] | None = None) -> int:

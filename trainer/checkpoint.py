@@ -104,8 +104,12 @@ class Checkpointer:
 
     # ----- saving -------------------------------------------------------------------------
 
-    def save(self, step: int, engine, trainer_state: dict, blocking: bool) -> SaveResult | None:
-        """Start a save of this step; with blocking=True, finish it and return the outcome."""
+    def save(
+        self, step: int, engine, trainer_state: dict, blocking: bool, emergency: bool = False
+    ) -> SaveResult | None:
+        """Start a save of this step; with blocking=True, finish it and return the outcome.
+
+        `emergency`: the save a SIGTERM started; its commit marker says so."""
         if self.store is None:
             return None
         started = time.monotonic()  # the loop's stall counts the wait for the previous save too
@@ -124,10 +128,10 @@ class Checkpointer:
         objects[rank_state_name(self.rank)] = trainer_state
         blocking_seconds = time.monotonic() - started
         if blocking:
-            return self._complete(step, staging, objects, started, None)
+            return self._complete(step, staging, objects, started, None, emergency)
         self._thread = threading.Thread(
             target=self._run_in_background,
-            args=(step, staging, objects, started, blocking_seconds),
+            args=(step, staging, objects, started, blocking_seconds, emergency),
             name="checkpoint-upload",
             daemon=True,
         )
@@ -185,7 +189,13 @@ class Checkpointer:
             self._error = exc
 
     def _complete(
-        self, step, staging, objects: dict[str, Any], started, blocking_seconds: float | None
+        self,
+        step,
+        staging,
+        objects: dict[str, Any],
+        started,
+        blocking_seconds: float | None,
+        emergency: bool = False,
     ) -> SaveResult:
         upload_started = time.monotonic()
         files: list[layout.FileEntry] = []
@@ -206,7 +216,7 @@ class Checkpointer:
             stalls = [s for _, _, s in everyone if s is not None]
             # A synchronous save stalls the loop for all of it.
             stall = max(stalls) if len(stalls) == len(everyone) else write_seconds
-            committed = self._commit(step, all_files, stall, write_seconds)
+            committed = self._commit(step, all_files, stall, write_seconds, emergency)
         committed = self._agree(committed, src_only=True)
         upload_seconds = time.monotonic() - upload_started
         total_seconds = time.monotonic() - started
@@ -256,7 +266,12 @@ class Checkpointer:
                 self.log.info("removed a file no rank wrote for this checkpoint", step=step, key=key)
 
     def _commit(
-        self, step: int, files: list[layout.FileEntry], blocking_seconds: float, write_seconds: float
+        self,
+        step: int,
+        files: list[layout.FileEntry],
+        blocking_seconds: float,
+        write_seconds: float,
+        emergency: bool = False,
     ) -> bool:
         paths = [f.path for f in files]
         if len(paths) != len(set(paths)):
@@ -281,6 +296,7 @@ class Checkpointer:
             files=tuple(files),
             blocking_seconds=round(blocking_seconds, 4),
             write_seconds=round(write_seconds, 4),
+            emergency=emergency,
         )
         key = layout.commit_marker_path(layout.step_dir_name(step))
         if self.store.create_only(key, marker.to_json().encode()):

@@ -247,6 +247,10 @@ class CommitMarker:
     # slowest rank's training loop stalled for it, and seconds from the save's start to its commit.
     blocking_seconds: float | None = None
     write_seconds: float | None = None
+    # Optional (absent in older markers, and written only when true): the save a SIGTERM started
+    # (the emergency checkpoint). Its stall is no measure of a periodic save's cost, which the
+    # controller's adaptive interval reads from these markers.
+    emergency: bool = False
 
     def to_json(self) -> str:
         doc = {
@@ -263,6 +267,8 @@ class CommitMarker:
             doc["blockingSeconds"] = self.blocking_seconds
         if self.write_seconds is not None:
             doc["writeSeconds"] = self.write_seconds
+        if self.emergency:
+            doc["emergency"] = True
         return json.dumps(doc, indent=1)
 
     @classmethod
@@ -291,6 +297,7 @@ class CommitMarker:
             files=tuple(files),
             blocking_seconds=_optional_seconds(doc, "blockingSeconds"),
             write_seconds=_optional_seconds(doc, "writeSeconds"),
+            emergency=bool(_optional(doc, "emergency", bool)),
         )
 
 

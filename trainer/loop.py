@@ -195,7 +195,7 @@ def stop_for_preemption(cfg, identity, step, engine, checkpointer, state, flag, 
         if broadcast_decision(fits, device):
             try:
                 # A step already committed (or one that cannot be saved) answers at once.
-                result = checkpointer.save(step, engine, state, blocking=False)
+                result = checkpointer.save(step, engine, state, blocking=False, emergency=True)
                 result = result or checkpointer.wait(timeout=seconds_left())
                 abandoned = checkpointer.busy
                 saved = bool(result and result.committed)

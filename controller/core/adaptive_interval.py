@@ -9,11 +9,13 @@ around it that the shell (`controller/service/interval.py`) runs:
   fixed number of seconds);
 - `ending_kind`: which `EndingKind` an attempt's classified ending is, or None when it teaches
   nothing (see the table there);
+- `exposure`: the seconds of training an attempt was exposed for, from the trainer's timestamps
+  where they tell, else Vertex's run time;
 - `Ledger`: the `RateBook` plus which (job, attempt) endings it already counted, so an ending
   applied twice (redelivery, a reconcile pass after a crash) counts once; `Ledger.record` is the
   one update, and it is idempotent;
 - `checkpoint_cost`: C (the blocking stall) and the full write time from the newest commit
-  markers, or documented defaults before any marker exists;
+  markers (emergency saves left out), or documented defaults before any marker exists;
 - `decide_interval`: the seconds for the next attempt and the evidence behind them.
 """
 
@@ -79,6 +81,11 @@ class EndingFacts:
     ended_at: float | None
     exit_reason: str | None = None  # the trainer's exit record, when one was found
     checkpoint_saved: bool | None = None  # ... and whether its emergency save committed
+    # Where training resumed (the checkpoint step the attempt was given; None: from scratch), and
+    # (step, epoch seconds) points at which the trainer timestamped reaching a step during this
+    # attempt (its commit markers, its exit record): they date the first step (see `exposure`).
+    resume_step: int | None = None
+    progress: tuple[tuple[int, float], ...] = ()
 
 
 def ending_kind(facts: EndingFacts) -> EndingKind | None:
@@ -122,28 +129,73 @@ def ending_kind(facts: EndingFacts) -> EndingKind | None:
     return None  # CAPACITY, NO_USABLE_CHECKPOINT
 
 
-def exposure_seconds(facts: EndingFacts) -> float:
-    """Seconds the attempt ran (Vertex's start to its end). It includes the start-up and restore
-    before the first step, which overstates training time a little: the rate comes out a little
-    low, the interval a little long, by the restart's share of an attempt."""
+@dataclass(frozen=True)
+class Exposure:
+    seconds: float
+    source: str  # EXPOSURE_TRAINING or EXPOSURE_RUN_TIME (or "never ran")
+
+
+EXPOSURE_TRAINING = "training time (trainer timestamps)"
+EXPOSURE_RUN_TIME = "run time (Vertex start to end, start-up included)"
+
+
+def exposure(facts: EndingFacts) -> Exposure:
+    """Seconds of training the attempt was exposed for: from its first step to its end.
+
+    Vertex's start time is when the replicas were started; the image pull, rendezvous and restore
+    come before the first step and lose no work when they are cut short, so counting them makes
+    the rate come out low and the interval long. The trainer timestamps the steps it reaches (a
+    commit marker: the step its save began at, `wallTime - writeSeconds`; its exit record: the
+    step it stopped at). The two earliest such points of this attempt give its seconds per step,
+    and going back from the earliest by the steps since the resume step dates the first step. With fewer
+    points (an attempt killed before its first checkpoint, an older trainer), the run time.
+
+    The estimate never exceeds the run time (a trainer clock ahead of Vertex's, or slower steps
+    near the start, cannot add exposure the machines were not held for)."""
     if facts.started_at is None or facts.ended_at is None:
-        return 0.0
-    return max(0.0, facts.ended_at - facts.started_at)
+        return Exposure(0.0, "never ran")
+    run = max(0.0, facts.ended_at - facts.started_at)
+    resumed = facts.resume_step or 0
+    earliest: dict[int, float] = {}
+    for step, at in facts.progress:
+        if step > resumed and math.isfinite(at):
+            earliest[step] = min(at, earliest.get(step, at))
+    points = sorted(earliest.items())
+    if points:
+        first_step, first_at = points[0]
+        # The pace near the start (the first two dated steps), which dates the first step best;
+        # it also keeps out the exit record of a reclaim when markers suffice (its time comes
+        # after the grace period, not when its step was reached).
+        later = next(((step, at) for step, at in points[1:] if at > first_at), None)
+        if later is not None:
+            seconds_per_step = (later[1] - first_at) / (later[0] - first_step)
+            first_step_at = first_at - (first_step - resumed) * seconds_per_step
+            return Exposure(min(run, max(0.0, facts.ended_at - first_step_at)), EXPOSURE_TRAINING)
+    return Exposure(run, EXPOSURE_RUN_TIME)
+
+
+def exposure_seconds(facts: EndingFacts) -> float:
+    """`exposure(facts).seconds`."""
+    return exposure(facts).seconds
 
 
 # --- the book, and what it already counted ------------------------------------------------------
 
-# Jobs whose highest counted attempt the ledger remembers. Attempts of one job end in order, so
-# "attempt <= the highest counted" is exact; the oldest jobs are forgotten past this many, long
-# after any redelivery of their endings could arrive (the shell only catches up on live jobs).
+# Jobs whose counted attempts the ledger remembers. Attempts of one job end in order, so "the
+# highest counted, less the ones skipped below it" is exact; the oldest jobs are forgotten past
+# this many, long after any redelivery of their endings could arrive (the shell catches up on
+# live jobs and on ended jobs still marked as waiting for the ledger).
 MAX_REMEMBERED_JOBS = 5000
 
 
 @dataclass(frozen=True)
 class Counted:
     job_id: str
-    attempt: int
+    attempt: int  # the highest counted attempt
     at: float
+    # Attempts below `attempt` not counted yet: a later attempt was counted while their exit
+    # record could not be read. They count when they are learned (with their true kind).
+    missing: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -154,7 +206,9 @@ class Ledger:
     counted: tuple[Counted, ...] = ()  # one per job: its highest counted attempt
 
     def has_counted(self, job_id: str, attempt: int) -> bool:
-        return any(c.job_id == job_id and c.attempt >= attempt for c in self.counted)
+        return any(
+            c.job_id == job_id and c.attempt >= attempt and attempt not in c.missing for c in self.counted
+        )
 
     def record(
         self,
@@ -178,14 +232,30 @@ class Ledger:
             if prior is not None and not any(c == capacity for c, _ in book.estimates):
                 book = replace(book, estimates=(*book.estimates, (capacity, prior)))
             book = book.observe(capacity, kind, exposure)
+        known = next((c for c in self.counted if c.job_id == job_id), None)
+        if known is None:
+            entry = Counted(job_id, attempt, now, tuple(range(1, attempt)))
+        elif attempt > known.attempt:
+            skipped = tuple(range(known.attempt + 1, attempt))
+            entry = Counted(job_id, attempt, now, (*known.missing, *skipped))
+        else:  # one of the missing attempts, learned at last
+            entry = Counted(job_id, known.attempt, now, tuple(a for a in known.missing if a != attempt))
         others = [c for c in self.counted if c.job_id != job_id]
-        remembered = sorted([*others, Counted(job_id, attempt, now)], key=lambda c: c.at)
+        remembered = sorted([*others, entry], key=lambda c: c.at)
         return Ledger(book=book, counted=tuple(remembered[-MAX_REMEMBERED_JOBS:]))
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "book": self.book.to_dict(),
-            "counted": [{"jobId": c.job_id, "attempt": c.attempt, "at": c.at} for c in self.counted],
+            "counted": [
+                {
+                    "jobId": c.job_id,
+                    "attempt": c.attempt,
+                    "at": c.at,
+                    **({"missing": list(c.missing)} if c.missing else {}),
+                }
+                for c in self.counted
+            ],
         }
 
     @classmethod
@@ -193,7 +263,13 @@ class Ledger:
         return cls(
             book=RateBook.from_dict(data.get("book", {})),
             counted=tuple(
-                Counted(str(c["jobId"]), int(c["attempt"]), float(c["at"])) for c in data.get("counted", [])
+                Counted(
+                    str(c["jobId"]),
+                    int(c["attempt"]),
+                    float(c["at"]),
+                    tuple(int(a) for a in c.get("missing", ())),
+                )
+                for c in data.get("counted", [])
             ),
         )
 
@@ -212,8 +288,8 @@ def estimate_for(book: RateBook, capacity: CapacityClass, prior: RateEstimate | 
 # the first interval longer, which costs at most the work since the attempt began, once.
 DEFAULT_CHECKPOINT_STALL_SECONDS = 30.0
 DEFAULT_CHECKPOINT_WRITE_SECONDS = 120.0
-# The median of this many newest markers: one slow save (an emergency save, a GCS hiccup) must
-# not set every later interval.
+# The median of this many newest markers: one slow save (a GCS hiccup) must not set every later
+# interval.
 COST_MARKERS = 5
 
 
@@ -224,11 +300,21 @@ class CheckpointCost:
     source: str  # "commit markers (n)" or "default"
 
 
-def checkpoint_cost(measured: Iterable[tuple[float | None, float | None]]) -> CheckpointCost:
-    """C and the write time from the (blockingSeconds, writeSeconds) of the newest markers first.
+def checkpoint_cost(
+    measured: Iterable[tuple[float | None, float | None, bool]], earlier: CheckpointCost | None = None
+) -> CheckpointCost:
+    """C and the write time from the (blockingSeconds, writeSeconds, emergency) of the newest
+    markers first.
 
-    Markers without the figures (older trainers) are skipped; with none left, the defaults."""
-    usable = [(b, w) for b, w in measured if b is not None][:COST_MARKERS]
+    Markers without the figures (older trainers) are skipped, and so are emergency saves: the save
+    a SIGTERM starts stalls no training that would go on (the attempt is ending), so its stall is
+    no measure of what a periodic checkpoint costs, and its near-zero C would drag the interval
+    down. With none left, `earlier` (what an earlier attempt of the job measured: --keep-last
+    may have pruned every periodic save's marker, leaving an emergency save's alone), else the
+    defaults."""
+    usable = [(b, w) for b, w, emergency in measured if b is not None and not emergency][:COST_MARKERS]
+    if not usable and earlier is not None:
+        return earlier
     if not usable:
         return CheckpointCost(
             DEFAULT_CHECKPOINT_STALL_SECONDS, DEFAULT_CHECKPOINT_WRITE_SECONDS, "default (no marker yet)"

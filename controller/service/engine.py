@@ -340,8 +340,13 @@ class Engine:
         except Exception as error:
             errors.append(f"sending alerts left in outboxes: {error}")
             log.exception("reconcile: sending alerts left in outboxes failed")
-        records = list(self.store.list_live(JOBS_PREFIX))
-        live = [s for s in (JobState.from_dict(r.document["state"]) for r in records) if not s.phase.terminal]
+        indexed = list(self.store.list_live(JOBS_PREFIX))
+        # The live index also holds finished jobs whose endings the interval ledger has yet to
+        # count (keys.LEDGER_PENDING_FIELD): only the interval's catch-up looks at those.
+        listed_states = [(r, JobState.from_dict(r.document["state"])) for r in indexed]
+        records = [r for r, s in listed_states if not s.phase.terminal]
+        live = [s for _, s in listed_states if not s.phase.terminal]
+        ledger_pending = [s for _, s in listed_states if s.phase.terminal]
         self._remember_vertex_ids(live)
         cancelled = {r.key[len(CANCELS_PREFIX) :] for r in self.store.list(CANCELS_PREFIX)}
         to_probe = self._due_for_probe(live)
@@ -369,7 +374,7 @@ class Engine:
                 errors.append(f"{state.job_id}: {error}")
                 log.exception("reconcile: job failed to converge", job_id=state.job_id)
         try:
-            self.intervals.catch_up(live, self._request, self.clock())
+            self.intervals.catch_up([*live, *ledger_pending], self._request, self.clock())
         except Deposed:
             raise
         except (Fenced, LeaseNotHeld) as error:
@@ -532,6 +537,8 @@ class Engine:
                 return None, state, decision.actions
             document = dict(record.document)
             document["state"] = decision.state.to_dict()
+            if decision.state.phase.terminal and not state.phase.terminal:
+                self.intervals.mark_pending(document)
             entries = transition_entries(state, decision.state, event, decision.actions, now)
             document["timeline"] = append_timeline(document, entries)
             try:
@@ -776,6 +783,8 @@ class Engine:
             return
         if old.current is not None and old.current.number == current.number and old.current.ended:
             return
+        if new.phase.terminal:
+            _crash_point("after-terminal-write")
         try:
             self.intervals.on_ending(new.job_id, self._request(new.job_id), current, now)
         except (Fenced, LeaseNotHeld):
@@ -891,7 +900,8 @@ def _crash_point(name: str) -> None:
 
     `RELAUNCH_FAULT_CRASH_POINT=after-intent` kills the process after the attempt's intent is
     stored and before CreateCustomJob; `after-create` right after CreateCustomJob returned and
-    before its result is stored. Unset in production.
+    before its result is stored; `after-terminal-write` after a job's terminal state is stored and
+    before its last ending reaches the checkpoint interval's ledger. Unset in production.
     """
     if os.environ.get("RELAUNCH_FAULT_CRASH_POINT") == name:
         log.warning("fault injection: crashing", crash_point=name)

@@ -11,11 +11,22 @@ Which jobs teach the book: those whose request sets `checkpoint.interval` (auto 
 run a trainer that honours RELAUNCH_CHECKPOINT_INTERVAL_SECONDS and writes exit records, so "a
 reclaim without an exit record" really means the emergency save never ran; another program's
 reclaims would all look work-losing and inflate every job's rate.
+
+No ending is lost to a crash between a job's write and the ledger's: a live job's endings are
+caught up by every reconcile pass (`catch_up`), and a job's terminal write carries
+`LEDGER_PENDING_FIELD`, which keeps the finished job in the store's live index (so the pass still
+sees it, while finished work stays unread) until every ending of it is counted (`settle`).
+
+An ending whose exit record cannot be read waits (its true kind needs the record), also when a
+later attempt of the job is counted first (`Ledger` remembers the gap). After
+`EXIT_RECORD_PATIENCE_SECONDS` it is counted without the record: a reclaim then counts as
+work-losing (KILLED), the side that shortens the interval rather than one that misses a loss.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from datetime import datetime
 from typing import Any
 
 from controller import logs
@@ -29,10 +40,9 @@ from controller.core.adaptive_interval import (
     decide_interval,
     ending_kind,
     estimate_for,
-    exposure_seconds,
+    exposure,
 )
 from controller.core.checkpoint_interval import CapacityClass, RateEstimate
-from controller.core.classify import Ending
 from controller.core.model import Attempt, JobState
 from controller.readmodel.jobs import INTERVALS_FIELD, TRAINER_FIGURES_FIELD, append_timeline, entry
 from controller.request import JobRequest
@@ -40,11 +50,15 @@ from controller.request.capacity import capacity_class
 from controller.request.render import build_custom_job
 from controller.settings import Settings
 from controller.store import AlreadyExists, StateStore, VersionConflict
-from controller.store.keys import INTERVAL_LEDGER_KEY, job_key
+from controller.store.keys import INTERVAL_LEDGER_KEY, LEDGER_PENDING_FIELD, job_key
 
 log = logs.get("relaunch.interval")
 
 _WRITE_TRIES = 8
+# How long after an attempt's end its unreadable exit record is waited for before the ending is
+# counted without it. Long past any GCS outage the SLA allows for; short enough that a finished
+# job (kept in the live index meanwhile, one exit-record read a pass) does not linger.
+EXIT_RECORD_PATIENCE_SECONDS = 3600.0
 
 
 class IntervalKeeper:
@@ -95,42 +109,70 @@ class IntervalKeeper:
         raise RuntimeError("the interval ledger kept changing under us")
 
     def learn(self, job_id: str, request: JobRequest, attempt: Attempt, now: float) -> bool:
-        """Fold one ended attempt into the book (once). False when there was nothing to do."""
+        """Fold one ended attempt into the book (once). False when there was nothing to do, or
+        when its exit record is unreadable and still worth waiting for (see the module's doc)."""
         if request.checkpoint_interval is None or attempt.ending is None:
             return False
         if self.ledger().has_counted(job_id, attempt.number):
             return False
         record: Any = None
-        if attempt.ending is Ending.PREEMPTED and attempt.started_at is not None:
-            # Only a reclaim needs the trainer's word: did its emergency save commit?
+        markers: list[Any] = []
+        if attempt.started_at is not None:
+            # The trainer's word: did its emergency save commit, and when did training begin?
             try:
                 record = self._exit_record(request, attempt)
+                markers = self.checkpoints.recent_markers(request.checkpoint_uri)
             except (CheckpointsUnavailable, CheckpointsUnreadable) as error:
+                waited = now - (attempt.ended_at if attempt.ended_at is not None else now)
+                if waited < EXIT_RECORD_PATIENCE_SECONDS:
+                    log.warning(
+                        "checkpoint interval: exit record unreadable; ending not counted yet",
+                        job_id=job_id,
+                        attempt=attempt.number,
+                        error=str(error),
+                    )
+                    return False
                 log.warning(
-                    "checkpoint interval: exit record unreadable; ending not counted yet",
+                    "checkpoint interval: exit record still unreadable; counting the ending without it",
                     job_id=job_id,
                     attempt=attempt.number,
+                    waited_seconds=round(waited, 1),
                     error=str(error),
                 )
-                return False
-        return self._count(job_id, request, attempt, record, now)
+        return self._count(job_id, request, attempt, self.facts(attempt, record, markers), now)
 
-    def _count(self, job_id: str, request: JobRequest, attempt: Attempt, record: Any, now: float) -> bool:
+    @staticmethod
+    def facts(attempt: Attempt, record: Any, markers: Iterable[Any]) -> EndingFacts:
+        """What the controller and the trainer (its exit record, the commit markers) know of
+        one ended attempt."""
         assert attempt.ending is not None
-        facts = EndingFacts(
+        progress = [
+            (m.step, at - (m.write_seconds or 0.0))
+            for m in markers
+            if m.attempt == attempt.number and (at := _epoch(m.wall_time)) is not None
+        ]
+        if record is not None and record.step is not None and (at := _epoch(record.time)) is not None:
+            progress.append((record.step, at))
+        return EndingFacts(
             ending=attempt.ending,
             rule=attempt.rule,
             started_at=attempt.started_at,
             ended_at=attempt.ended_at,
             exit_reason=record.reason if record is not None else None,
             checkpoint_saved=record.checkpoint_saved if record is not None else None,
+            resume_step=attempt.resume_from_step,
+            progress=tuple(progress),
         )
+
+    def _count(
+        self, job_id: str, request: JobRequest, attempt: Attempt, facts: EndingFacts, now: float
+    ) -> bool:
         kind = ending_kind(facts)
         capacity = self.capacity(request, attempt.number, attempt.on_demand)
-        exposure = exposure_seconds(facts)
+        exposed = exposure(facts)
         self.update_ledger(
             lambda ledger: ledger.record(
-                job_id, attempt.number, capacity, kind, exposure, now, prior=self.prior(capacity)
+                job_id, attempt.number, capacity, kind, exposed.seconds, now, prior=self.prior(capacity)
             )
         )
         log.info(
@@ -139,7 +181,8 @@ class IntervalKeeper:
             attempt=attempt.number,
             capacity=capacity.key(),
             counted_as=kind.value if kind is not None else None,
-            exposure_seconds=round(exposure, 3),
+            exposure_seconds=round(exposed.seconds, 3),
+            exposure_source=exposed.source,
         )
         return True
 
@@ -154,6 +197,7 @@ class IntervalKeeper:
         falls back to its estimate) and the book is not taught now (the reconcile pass retries)."""
         if attempt.started_at is None:
             self.learn(job_id, request, attempt, now)
+            self.settle(job_id, request)
             return
         try:
             record = self._exit_record(request, attempt)
@@ -161,8 +205,10 @@ class IntervalKeeper:
         except (CheckpointsUnavailable, CheckpointsUnreadable) as error:
             log.warning("trainer figures unreadable", job_id=job_id, attempt=attempt.number, error=str(error))
             return
+        facts = self.facts(attempt, record, markers)
         if record is not None:
             own = [m for m in markers if m.attempt == attempt.number and m.blocking_seconds is not None]
+            exposed = exposure(facts)
             self._store_figures(
                 job_id,
                 attempt.number,
@@ -174,10 +220,46 @@ class IntervalKeeper:
                     # Of the checkpoints this attempt committed that are still kept (--keep-last).
                     "checkpoints": len(own),
                     "stallSeconds": sum(m.blocking_seconds or 0.0 for m in own),
+                    "exposureSeconds": round(exposed.seconds, 3),
+                    "exposureSource": exposed.source,
                 },
             )
         if request.checkpoint_interval is not None and not self.ledger().has_counted(job_id, attempt.number):
-            self._count(job_id, request, attempt, record, now)
+            self._count(job_id, request, attempt, facts, now)
+        self.settle(job_id, request)
+
+    @staticmethod
+    def mark_pending(document: dict[str, Any]) -> None:
+        """Called on the document of a job's terminal write, before it is stored: mark the job
+        as waiting for the ledger when its endings teach the book, in that same write. Read from
+        the stored request as it is (its canonical `checkpoint.interval`), so that nothing in the
+        way of a terminal write can fail."""
+        request = document.get("request")
+        checkpoint = request.get("checkpoint") if isinstance(request, dict) else None
+        if isinstance(checkpoint, dict) and checkpoint.get("interval") is not None:
+            document[LEDGER_PENDING_FIELD] = True
+
+    def settle(self, job_id: str, request: JobRequest) -> bool:
+        """Clear a finished job's ledger-pending mark once every ended attempt of it is counted
+        (the job then leaves the live index). True when no mark is left."""
+        if request.checkpoint_interval is None:
+            return True
+        for _ in range(_WRITE_TRIES):
+            stored = self.store.get(job_key(job_id))
+            if stored is None or not stored.document.get(LEDGER_PENDING_FIELD):
+                return True
+            state = JobState.from_dict(stored.document["state"])
+            ledger = self.ledger()
+            if not all(ledger.has_counted(job_id, a.number) for a in state.attempts if a.ended):
+                return False
+            document = {k: v for k, v in stored.document.items() if k != LEDGER_PENDING_FIELD}
+            try:
+                self.store.put(job_key(job_id), document, expected_version=stored.version, fence=self.fence())
+            except VersionConflict:
+                continue
+            log.info("checkpoint interval: every ending of the finished job is counted", job_id=job_id)
+            return True
+        return False
 
     def _store_figures(self, job_id: str, attempt: int, figures: dict[str, Any]) -> None:
         for _ in range(_WRITE_TRIES):
@@ -199,36 +281,42 @@ class IntervalKeeper:
         self, states: Iterable[JobState], request_of: Callable[[str], JobRequest], now: float
     ) -> int:
         """Learn every ended attempt of these jobs that the book has not counted (after a crash
-        between a job's write and the ledger's). Returns how many were counted now.
+        between a job's write and the ledger's). `states`: the live jobs, and the finished ones
+        still marked as waiting for the ledger (their mark is cleared once all is counted).
+        Returns how many were counted now.
 
         Endings this instance has seen counted are remembered, so a pass reads the ledger only
-        when a live job has an ending it has not checked yet (a pass costs nothing otherwise)."""
+        when a job has an ending it has not checked yet (a pass costs nothing otherwise)."""
         states = list(states)
-        live_ids = {state.job_id for state in states}
-        self._checked = {key for key in self._checked if key[0] in live_ids}
+        listed_ids = {state.job_id for state in states}
+        self._checked = {key for key in self._checked if key[0] in listed_ids}
         unchecked = [
             (state, attempt)
             for state in states
             for attempt in state.attempts
             if attempt.ended and (state.job_id, attempt.number) not in self._checked
         ]
-        if not unchecked:
-            return 0
-        ledger = self.ledger()
         counted = 0
-        for state, attempt in unchecked:
-            request = request_of(state.job_id)
-            if request.checkpoint_interval is not None and not ledger.has_counted(
-                state.job_id, attempt.number
-            ):
-                if not self.learn(state.job_id, request, attempt, now):
-                    continue  # its exit record was unreadable: try again next pass
-                counted += 1
-            self._checked.add((state.job_id, attempt.number))
+        if unchecked:
+            ledger = self.ledger()
+            for state, attempt in unchecked:
+                request = request_of(state.job_id)
+                if request.checkpoint_interval is not None and not ledger.has_counted(
+                    state.job_id, attempt.number
+                ):
+                    if not self.learn(state.job_id, request, attempt, now):
+                        continue  # its exit record was unreadable: try again next pass
+                    counted += 1
+                self._checked.add((state.job_id, attempt.number))
+        for state in states:
+            if state.phase.terminal:
+                self.settle(state.job_id, request_of(state.job_id))
         return counted
 
     # --- the choice ---------------------------------------------------------------------------
-    def cost(self, request: JobRequest) -> CheckpointCost:
+    def cost(self, request: JobRequest, earlier: dict[str, Any] | None = None) -> CheckpointCost:
+        """C from the job's commit markers; `earlier` (the job's recorded interval decisions by
+        attempt) supplies the last measured C when no periodic save's marker is left."""
         try:
             markers = self.checkpoints.recent_markers(request.checkpoint_uri)
         except (CheckpointsUnavailable, CheckpointsUnreadable) as error:
@@ -238,14 +326,18 @@ class IntervalKeeper:
                 error=str(error),
             )
             markers = []
-        return checkpoint_cost((m.blocking_seconds, m.write_seconds) for m in markers)
+        return checkpoint_cost(
+            ((m.blocking_seconds, m.write_seconds, m.emergency) for m in markers), _measured_before(earlier)
+        )
 
-    def decide(self, request: JobRequest, attempt: int, on_demand: bool) -> IntervalDecision:
+    def decide(
+        self, request: JobRequest, attempt: int, on_demand: bool, earlier: dict[str, Any] | None = None
+    ) -> IntervalDecision:
         setting = request.checkpoint_interval
         assert setting is not None
         capacity = self.capacity(request, attempt, on_demand)
         estimate = estimate_for(self.ledger().book, capacity, self.prior(capacity))
-        return decide_interval(setting, capacity, estimate, self.cost(request))
+        return decide_interval(setting, capacity, estimate, self.cost(request, earlier))
 
     def interval_for_attempt(
         self, job_id: str, request: JobRequest, attempt: int, on_demand: bool, now: float
@@ -264,7 +356,7 @@ class IntervalKeeper:
             chosen = (record.document.get(INTERVALS_FIELD) or {}).get(str(attempt))
             if chosen is not None:
                 return float(chosen["seconds"])
-            decision = self.decide(request, attempt, on_demand)
+            decision = self.decide(request, attempt, on_demand, record.document.get(INTERVALS_FIELD))
             document = dict(record.document)
             document[INTERVALS_FIELD] = {
                 **(record.document.get(INTERVALS_FIELD) or {}),
@@ -295,3 +387,24 @@ class IntervalKeeper:
             )
             return decision.seconds
         raise RuntimeError(f"{job_id}: job document kept changing while recording the checkpoint interval")
+
+
+def _measured_before(decisions: dict[str, Any] | None) -> CheckpointCost | None:
+    """The C the job's newest earlier decision measured from commit markers, if any did."""
+    for attempt, chosen in sorted((decisions or {}).items(), key=lambda item: -int(item[0])):
+        source = str(chosen.get("costSource") or "")
+        if source.startswith("commit markers") and chosen.get("stallSeconds") is not None:
+            return CheckpointCost(
+                float(chosen["stallSeconds"]),
+                float(chosen.get("writeSeconds") or 0.0),
+                source if " of attempt " in source else f"commit markers of attempt {attempt}",
+            )
+    return None
+
+
+def _epoch(stamp: str) -> float | None:
+    """Seconds since the epoch of a trainer timestamp (`layout.utc_now`), None if unreadable."""
+    try:
+        return datetime.fromisoformat(stamp).timestamp()
+    except (TypeError, ValueError):
+        return None

@@ -17,6 +17,10 @@ CANCELS_PREFIX = "cancels/"
 # The adaptive checkpoint interval's rate book (one document for every capacity class, with the
 # (job, attempt) endings it counted): controller.service.interval.
 INTERVAL_LEDGER_KEY = "checkpoint-interval/ledger"
+# A field of a finished job's document, set in the same write as its terminal state when the
+# ledger above has yet to count its endings, and removed once it has: it keeps the job in the
+# live index until then, so a crash between the two writes loses no ending.
+LEDGER_PENDING_FIELD = "intervalLedgerPending"
 
 
 def job_key(job_id: str) -> str:
@@ -46,10 +50,13 @@ def cancel_key(job_id: str) -> str:
 
 def is_live(key: str, document: dict[str, Any]) -> bool:
     """Whether a document belongs to the store's live index (`StateStore.list_live`): a job that
-    has not reached a terminal phase. A job document whose phase cannot be read counts as live,
-    so that nothing unreadable ever drops out of the reconcile pass."""
+    has not reached a terminal phase, or a finished one whose endings the checkpoint interval's
+    ledger has yet to count (`LEDGER_PENDING_FIELD`). A job document whose phase cannot be read
+    counts as live, so that nothing unreadable ever drops out of the reconcile pass."""
     if not key.startswith(JOBS_PREFIX):
         return False
+    if document.get(LEDGER_PENDING_FIELD):
+        return True
     state = document.get("state")
     phase = state.get("phase") if isinstance(state, dict) else None
     return phase not in TERMINAL_PHASE_NAMES

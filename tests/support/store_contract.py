@@ -11,6 +11,7 @@ import threading
 import pytest
 
 from controller.store import AlreadyExists, Fenced, VersionConflict
+from controller.store.keys import LEDGER_PENDING_FIELD
 
 
 class StateStoreContract:
@@ -185,6 +186,14 @@ class StateStoreContract:
         """Nothing unreadable may silently drop out of the reconcile pass."""
         store.create("jobs/odd", {"no": "state"})
         assert [v.key for v in store.list_live("jobs/")] == ["jobs/odd"]
+
+    def test_a_finished_job_waiting_for_the_interval_ledger_stays_live_until_the_mark_goes(self, store):
+        """A crash between a job's terminal write and the ledger's must not hide the job."""
+        store.create("jobs/a", {"state": {"phase": "running"}})
+        store.put("jobs/a", {"state": {"phase": "succeeded"}, LEDGER_PENDING_FIELD: True}, expected_version=1)
+        assert [v.key for v in store.list_live("jobs/")] == ["jobs/a"]
+        store.put("jobs/a", {"state": {"phase": "succeeded"}}, expected_version=2)
+        assert list(store.list_live("jobs/")) == []
 
     def test_a_deleted_job_leaves_the_live_index(self, store):
         store.create("jobs/a", {"state": {"phase": "running"}})

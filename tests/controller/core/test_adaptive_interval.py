@@ -4,12 +4,16 @@ markers, and the decision for the next attempt. Pure: no I/O."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
 from controller.core.adaptive_interval import (
     DEFAULT_CHECKPOINT_STALL_SECONDS,
+    EXPOSURE_RUN_TIME,
+    EXPOSURE_TRAINING,
     MAX_REMEMBERED_JOBS,
+    CheckpointCost,
     EndingFacts,
     IntervalSetting,
     Ledger,
@@ -17,6 +21,7 @@ from controller.core.adaptive_interval import (
     decide_interval,
     ending_kind,
     estimate_for,
+    exposure,
     exposure_seconds,
 )
 from controller.core.checkpoint_interval import CapacityClass, EndingKind, RateEstimate, prior_for
@@ -65,6 +70,36 @@ def test_exposure_is_the_running_time_and_zero_for_an_attempt_that_never_ran():
     assert exposure_seconds(facts(Ending.PREEMPTED, ran=False)) == 0.0
 
 
+def timed(progress, resume_step=None) -> EndingFacts:
+    """Ran from 100 to 400 (Vertex's times), with the trainer's (step, time) points."""
+    return replace(facts(Ending.PREEMPTED), progress=tuple(progress), resume_step=resume_step)
+
+
+def test_exposure_is_training_time_when_the_trainer_dated_two_steps_of_the_attempt():
+    # Resumed at step 100; steps 110 and 130 reached at 200 and 240 s: 2 s a step, so step 101
+    # began at 180 s. The 80 s before it (image pull, rendezvous, restore) are no exposure.
+    found = exposure(timed([(130, 240.0), (110, 200.0)], resume_step=100))
+    assert (found.seconds, found.source) == (220.0, EXPOSURE_TRAINING)
+    # From scratch the same way: steps 10 and 30 at 200 and 240 s, step 1 began at 180 s.
+    assert exposure(timed([(10, 200.0), (30, 240.0)])).seconds == 220.0
+
+
+def test_a_step_dated_twice_counts_at_its_earliest_time_and_steps_before_the_resume_are_ignored():
+    # The exit record of a saved reclaim names the emergency save's step again, later.
+    points = [(110, 200.0), (130, 240.0), (130, 290.0), (100, 150.0), (90, 120.0)]
+    assert exposure(timed(points, resume_step=100)).seconds == 220.0
+
+
+def test_exposure_falls_back_to_the_run_time_without_two_dated_steps_and_never_exceeds_it():
+    for progress in ([], [(120, 300.0)], [(110, 250.0), (130, 250.0)]):
+        found = exposure(timed(progress, resume_step=100))
+        assert (found.seconds, found.source) == (300.0, EXPOSURE_RUN_TIME)
+    # Slow steps early on (or a skewed clock) would date the first step before Vertex's start.
+    assert exposure(timed([(1000, 390.0), (1001, 391.0)])) == replace(
+        exposure(timed([])), source=EXPOSURE_TRAINING
+    )
+
+
 def test_a_work_losing_ending_raises_the_rate_of_its_class_only():
     ledger = Ledger().record("job", 1, SPOT, EndingKind.KILLED, 300.0, now=1.0)
     estimate = ledger.book.estimate(SPOT)
@@ -81,6 +116,25 @@ def test_the_same_ending_applied_twice_counts_once():
     assert once.record("job", 1, SPOT, EndingKind.RECLAIM_SAVED, 50.0, now=3.0) == once
     third = once.record("job", 2, SPOT, EndingKind.RECLAIM_SAVED, 100.0, now=3.0)
     assert third.book.estimate(SPOT).saved_reclaims == 1 and third.book.estimate(SPOT).endings == 1
+
+
+def test_an_attempt_passed_over_while_a_later_one_was_counted_is_counted_later_with_its_own_kind():
+    # Attempt 1's exit record was unreadable; attempt 2 ended and was counted first.
+    ledger = Ledger().record("job", 2, SPOT, EndingKind.KILLED, 300.0, now=1.0)
+    assert ledger.has_counted("job", 2) and not ledger.has_counted("job", 1)
+    ledger = Ledger.from_dict(json.loads(json.dumps(ledger.to_dict())))
+    assert not ledger.has_counted("job", 1)
+    later = ledger.record("job", 1, SPOT, EndingKind.RECLAIM_SAVED, 100.0, now=2.0)
+    estimate = later.book.estimate(SPOT)
+    assert (estimate.endings, estimate.saved_reclaims, estimate.exposure_seconds) == (1, 1, 400.0)
+    assert (
+        later.has_counted("job", 1) and later.record("job", 1, SPOT, EndingKind.KILLED, 9.0, now=3.0) == later
+    )
+    # Attempts skipped in between are remembered as gaps too, and a ledger written before gaps
+    # were kept reads as having none.
+    gappy = later.record("job", 5, SPOT, None, 0.0, now=4.0)
+    assert [a for a in range(1, 6) if not gappy.has_counted("job", a)] == [3, 4]
+    assert Ledger.from_dict({"counted": [{"jobId": "old", "attempt": 3, "at": 1.0}]}).has_counted("old", 2)
 
 
 def test_an_ending_that_teaches_nothing_is_remembered_but_changes_no_estimate():
@@ -116,19 +170,33 @@ def test_the_ledger_remembers_a_bounded_number_of_jobs_newest_first():
 
 
 def test_checkpoint_cost_is_the_median_of_the_newest_measured_markers():
-    cost = checkpoint_cost([(1.0, 4.0), (9.0, 30.0), (2.0, 5.0), (None, None)])
+    cost = checkpoint_cost([(1.0, 4.0, False), (9.0, 30.0, False), (2.0, 5.0, False), (None, None, False)])
     assert (cost.stall_seconds, cost.write_seconds) == (2.0, 5.0)
     assert "commit markers (3)" in cost.source
 
 
+def test_checkpoint_cost_leaves_out_emergency_saves():
+    # Newest first: a SIGTERM's save stalled 0.01 s; the periodic ones 2-3 s.
+    cost = checkpoint_cost([(0.01, 0.5, True), (2.0, 5.0, False), (3.0, 6.0, False), (0.02, 0.4, True)])
+    assert (cost.stall_seconds, cost.write_seconds) == (2.5, 5.5)
+    assert "commit markers (2)" in cost.source
+    assert checkpoint_cost([(0.01, 0.5, True)]).source.startswith("default")
+
+
+def test_with_no_periodic_marker_left_c_is_what_an_earlier_attempt_measured():
+    earlier = CheckpointCost(2.0, 5.0, "commit markers of attempt 2")
+    assert checkpoint_cost([(0.01, 0.5, True)], earlier) == earlier
+    assert checkpoint_cost([(3.0, 6.0, False)], earlier).stall_seconds == 3.0
+
+
 def test_checkpoint_cost_defaults_before_any_marker_measured_it():
-    cost = checkpoint_cost([(None, None)])
+    cost = checkpoint_cost([(None, None, False)])
     assert cost.stall_seconds == DEFAULT_CHECKPOINT_STALL_SECONDS and cost.source.startswith("default")
 
 
 def test_the_decision_shortens_the_interval_as_work_losing_endings_are_seen():
     prior = RateEstimate(alpha=0.5, beta=600.0)
-    cost = checkpoint_cost([(0.5, 1.0)])
+    cost = checkpoint_cost([(0.5, 1.0, False)])
     first = decide_interval(AUTO, SPOT, prior, cost)
     ledger = Ledger()
     for attempt in range(1, 5):
@@ -142,7 +210,7 @@ def test_the_decision_shortens_the_interval_as_work_losing_endings_are_seen():
 
 def test_the_decision_stays_within_the_requested_bounds_and_a_fixed_interval_is_kept():
     tight = IntervalSetting(auto=True, min_seconds=600.0, max_seconds=900.0)
-    choice = decide_interval(tight, SPOT, prior_for(SPOT), checkpoint_cost([(0.01, 0.02)]))
+    choice = decide_interval(tight, SPOT, prior_for(SPOT), checkpoint_cost([(0.01, 0.02, False)]))
     assert choice.seconds == 600.0 and choice.clamped_by == "min"
     fixed = decide_interval(
         IntervalSetting(auto=False, fixed_seconds=42.0), SPOT, prior_for(SPOT), checkpoint_cost([])

@@ -13,7 +13,7 @@ from controller.core.checkpoint_interval import CapacityClass
 from controller.core.model import JobState
 from controller.request import parse_request
 from controller.request.render import interval_env_value
-from controller.store.keys import INTERVAL_LEDGER_KEY, job_key
+from controller.store.keys import INTERVAL_LEDGER_KEY, JOBS_PREFIX, LEDGER_PENDING_FIELD, job_key
 from tests.support.engine import REGION, accept, drive, request, terminal, vertex_jobs_for
 
 ENV = "RELAUNCH_CHECKPOINT_INTERVAL_SECONDS"
@@ -93,3 +93,7 @@ def test_a_sigkilled_attempt_teaches_the_ledger_once_and_the_next_attempt_gets_a
 
     engine.apply("auto-1", ev.CancelRequested())
     assert drive(engine, "auto-1", terminal)["phase"] == "cancelled"
+    # Its last ending counted at once, the finished job left the live index: no pass reads it.
+    assert LEDGER_PENDING_FIELD not in engine.store.get(job_key("auto-1")).document
+    assert Ledger.from_dict(engine.store.get(INTERVAL_LEDGER_KEY).document).has_counted("auto-1", 2)
+    assert list(engine.store.list_live(JOBS_PREFIX)) == []
