@@ -16,6 +16,7 @@ from google.pubsub_v1.types import DeadLetterPolicy, RetryPolicy
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
 
 from controller import logs
+from controller.request.nesting import nests_too_deeply
 from controller.settings import Settings
 
 log = logs.get("relaunch.pubsub")
@@ -138,9 +139,11 @@ def vertex_job_id_from_log_entry(data: bytes) -> str | None:
     Only entries of `resource.type="ml_job"` with a numeric job id count (None for any other
     entry). Raises `UnreadableHint` when `data` is not a JSON object at all.
     """
+    if nests_too_deeply(data):
+        raise UnreadableHint("not a log entry: nested too deeply")
     try:
         entry = json.loads(data)
-    except (ValueError, RecursionError) as error:  # RecursionError: deeply nested arrays/objects
+    except ValueError as error:
         raise UnreadableHint(f"not a JSON log entry: {type(error).__name__}") from None
     if not isinstance(entry, dict):
         raise UnreadableHint(f"not a JSON object: {type(entry).__name__}")

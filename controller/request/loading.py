@@ -9,6 +9,7 @@ from typing import Any
 import yaml
 
 from controller.request.limits import MAX_REQUEST_BYTES
+from controller.request.nesting import MAX_NESTING, nests_too_deeply
 from controller.request.problems import Problem, RequestInvalid
 
 
@@ -63,6 +64,8 @@ def _load_text(text: str) -> Any:
     stripped = text.lstrip()
     if not stripped:
         raise RequestInvalid([Problem("request", "is empty")])
+    if nests_too_deeply(stripped):
+        raise RequestInvalid([Problem("request", f"nests more than {MAX_NESTING} levels deep")])
     try:
         if stripped[0] in "{[":
             try:

@@ -27,6 +27,7 @@ from urllib.parse import unquote, urlsplit
 
 from controller import logs
 from controller.request.limits import JOB_ID_RE
+from controller.request.nesting import nests_too_deeply
 from controller.service import status_page
 from controller.service.intake import IntakeResult
 from controller.service.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
@@ -73,12 +74,12 @@ def decode_push_envelope(body: bytes) -> tuple[bytes, dict[str, str], str | None
 
     A message may carry attributes only (no `data`), so absent data decodes to b"".
     """
+    if nests_too_deeply(body):
+        raise MalformedEnvelope("body is nested too deeply to be a push envelope")
     try:
         envelope = json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise MalformedEnvelope(f"body is not JSON: {error}") from error
-    except RecursionError:
-        raise MalformedEnvelope("body is nested too deeply to be a push envelope") from None
     if not isinstance(envelope, dict) or not isinstance(envelope.get("message"), dict):
         raise MalformedEnvelope("envelope has no message object")
     message = envelope["message"]

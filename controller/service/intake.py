@@ -28,6 +28,7 @@ from controller.core import events as ev
 from controller.core.decide import decide, new_job
 from controller.readmodel.jobs import entry
 from controller.request import CancelRequest, RequestInvalid, parse_request
+from controller.request.nesting import nests_too_deeply
 from controller.service.ownership import claim_checkpoint_root
 from controller.store import AlreadyExists
 from controller.store.keys import cancel_key, job_key, rejected_key_for_payload
@@ -170,6 +171,8 @@ def _rejection_cause(status: str, reason: str) -> str:
 
 def _guess_job_id(data: bytes) -> str | None:
     """The jobId of a request that failed validation, when one can be read, for the alert."""
+    if nests_too_deeply(data):
+        return None
     try:
         value = json.loads(data).get("jobId")
     except Exception:  # anything unreadable simply has no job id to report

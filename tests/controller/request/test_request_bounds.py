@@ -99,3 +99,26 @@ def test_checkpoint_object_names_keep_to_cloud_storage_limits(uri, words):
 def test_a_long_but_legal_checkpoint_root_is_accepted():
     uri = "gs://acme-ckpt/" + "a" * 900
     assert parse_request(job(checkpoint={"uri": uri})).checkpoint_uri == uri
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"[" * 100_000 + b"]" * 100_000,  # JSON
+        b'{"jobId": "deep-1", "labels": ' + b"{" * 100_000 + b"}" * 100_000 + b"}",
+        b"jobId: deep-1\nlabels: " + b"[" * 100_000 + b"]" * 100_000 + b"\n",  # YAML flow style
+    ],
+)
+def test_a_request_nested_beyond_the_bound_is_refused_before_any_parser_recurses(raw):
+    assert problems(raw) == {"request": "nests more than 64 levels deep"}
+
+
+def test_brackets_inside_strings_do_not_count_as_nesting():
+    deep_looking_argument = "[" * 500 + "{" * 500
+    document = job()
+    document["jobSpec"]["workerPoolSpecs"][0]["containerSpec"]["args"] = [deep_looking_argument]
+    for raw in (json.dumps(document), f"args: '{deep_looking_argument}'\njobId: x\n"):
+        try:
+            parse_request(raw)
+        except RequestInvalid as error:
+            assert all("nest" not in problem.reason for problem in error.problems)
