@@ -435,24 +435,33 @@ class _RateTerms:
                 self.terms.append((lam, nu, 0.0, 0.0))
             else:
                 self.terms.append((lam, nu, mu / nu, 1.0 + nu * restart))
+        self.all_end = all(nu > 0.0 for _, nu, _, _ in self.terms)
 
     def rates(self, tau: float, cost: float, write: float) -> list[float]:
         a = tau + cost
+        expm1, exp = math.expm1, math.exp
+        if self.all_end:  # the usual case, as one comprehension
+            return [
+                (saved_share * -expm1(-nu * tau) + lam * tau * exp(-nu * (a + write)))
+                / (-expm1(-nu * a) * restart_factor)
+                for lam, nu, saved_share, restart_factor in self.terms
+            ]
         out = []
         for lam, nu, saved_share, restart_factor in self.terms:
             if nu <= 0.0:
                 out.append(tau / a)
                 continue
-            denominator = -math.expm1(-nu * a) * restart_factor
-            saved = saved_share * -math.expm1(-nu * tau)
-            lost = lam * tau * math.exp(-nu * (a + write))
+            denominator = -expm1(-nu * a) * restart_factor
+            saved = saved_share * -expm1(-nu * tau)
+            lost = lam * tau * exp(-nu * (a + write))
             out.append((saved + lost) / denominator)
         return out
 
     def time_per_work(self, tau: float, cost: float, write: float) -> float:
         total = 0.0
         for rate in self.rates(tau, cost, write):
-            total += 1.0 / max(rate, 1e-300)
+            # max(rate, 1e-300), NaN included, without the call.
+            total += 1.0 / (1e-300 if 1e-300 > rate else rate)
         return total / self.count
 
 
@@ -605,13 +614,13 @@ class _Replay:
         # low is stored as 0.0, whose term is exactly 0.0).
         self.lost_spans = []
         for seconds, kind in lifetimes:
-            if loses_work(kind) and seconds > 0.0:
+            if kind in _WORK_LOSING and seconds > 0.0:
                 low = seconds * (1.0 - REPLAY_BANDWIDTH) - write_seconds
                 high = seconds * (1.0 + REPLAY_BANDWIDTH) - write_seconds
                 if high > 0.0 and high > low:
                     self.lost_spans.append((high, low if low > 0.0 else 0.0, high - low))
         # Everything else keeps all its work but the stalls: continuous in the lifetime, no spread.
-        self.kept_all = [seconds for seconds, kind in lifetimes if not loses_work(kind)]
+        self.kept_all = [seconds for seconds, kind in lifetimes if kind not in _WORK_LOSING]
 
     def rate(self, tau: float, checkpoint_cost: float) -> float:
         if self.held <= 0.0:
@@ -619,15 +628,22 @@ class _Replay:
         cycle = tau + checkpoint_cost
         floor = math.floor
         committed = 0.0
+        # A bound below which t / cycle < 1 whatever the rounding: floor(t / cycle) = 0 there, so
+        # such a bound's term is exactly 0.0 and is skipped (a span entirely below it commits
+        # nothing, and adding or subtracting 0.0 changes no sum).
+        below_one = cycle * 0.999999
         for high, low, width in self.lost_spans:
             # The mean of floor(t / cycle) over t in [low, high], from the integral of floor: inlined,
             # this loop is most of the choice's cost.
+            if high < below_one:
+                continue
             y = high / cycle
             m = floor(y)
             upper = m * y - 0.5 * m * (m + 1.0)
-            y = low / cycle
-            m = floor(y)
-            upper -= m * y - 0.5 * m * (m + 1.0)
+            if low >= below_one:
+                y = low / cycle
+                m = floor(y)
+                upper -= m * y - 0.5 * m * (m + 1.0)
             committed += upper * cycle / width
         kept = tau * committed
         for seconds in self.kept_all:
