@@ -247,15 +247,23 @@ def simulate(
 
 
 def adaptive_policy(setting: Setting) -> Policy:
+    # choose_interval is pure, so a choice already made for the same estimate is reused: a grid
+    # point that is run again on a widened grid (or on more attempts) replays the same adaptive
+    # lanes, and the first attempts of every lane start from the same prior.
+    memo: dict[RateEstimate, float] = {}
+
     def policy(estimate: RateEstimate) -> float:
-        return choose_interval(
-            estimate,
-            setting.checkpoint_cost,
-            ADAPTIVE_MIN,
-            ADAPTIVE_MAX,
-            restart_cost=setting.restart_cost,
-            write_seconds=setting.write_seconds,
-        )
+        chosen = memo.get(estimate)
+        if chosen is None:
+            chosen = memo[estimate] = choose_interval(
+                estimate,
+                setting.checkpoint_cost,
+                ADAPTIVE_MIN,
+                ADAPTIVE_MAX,
+                restart_cost=setting.restart_cost,
+                write_seconds=setting.write_seconds,
+            )
+        return chosen
 
     return policy
 
@@ -297,9 +305,11 @@ def run_point(
 ) -> PointResult:
     centre = closed_form_interval(setting)
     low, high = -16, 16  # the grid spans centre * 2^(k/8): a quarter to four times Daly's interval
+    # Made once per point: their memos carry over when the point runs again on a widened grid.
+    adaptive, blind = adaptive_policy(setting), constant_hazard_policy(setting)
     while True:
         grid = centre * 2.0 ** (np.arange(low, high + 1) / 8.0)
-        res = _run_point_on_grid(setting, replications, seed, grid, centre, prior)
+        res = _run_point_on_grid(setting, replications, seed, grid, centre, prior, adaptive, blind)
         # An optimum on the edge of the grid may lie beyond it: widen that side and run again.
         if res.best_tau == grid[0] and low > -48:
             low -= 16
@@ -310,7 +320,14 @@ def run_point(
 
 
 def _run_point_on_grid(
-    setting: Setting, replications: int, seed: int, grid: np.ndarray, centre: float, prior: RateEstimate
+    setting: Setting,
+    replications: int,
+    seed: int,
+    grid: np.ndarray,
+    centre: float,
+    prior: RateEstimate,
+    adaptive: Policy,
+    blind_policy: Policy,
 ) -> PointResult:
     expected_attempts = setting.work_seconds / setting.mtbf if setting.process != "none" else 1.0
     attempts = int(3 * expected_attempts) + 100
@@ -321,8 +338,6 @@ def _run_point_on_grid(
     lane_rep = np.concatenate([np.repeat(reps, n_fixed), reps, reps])
     fixed_tau = np.concatenate([np.tile(fixed, replications), np.full(2 * replications, np.nan)])
     first_policy = n_fixed * replications
-    adaptive = adaptive_policy(setting)
-    blind_policy = constant_hazard_policy(setting)
     policies: dict[int, Policy] = {first_policy + i: adaptive for i in range(replications)}
     policies |= {first_policy + replications + i: blind_policy for i in range(replications)}
     while True:

@@ -193,7 +193,8 @@ class RateEstimate:
         _check_positive(alpha=self.alpha, beta=self.beta)
         if self.endings < 0 or self.exposure_seconds < 0.0 or self.saved_reclaims < 0:
             raise ValueError("observations cannot be negative")
-        if any(not (seconds >= 0.0 and math.isfinite(seconds)) for seconds, _ in self.lifetimes):
+        # A chained comparison (false for NaN and infinity): checked on every update, so kept cheap.
+        if any(not (0.0 <= seconds < math.inf) for seconds, _ in self.lifetimes):
             raise ValueError("lifetimes must be finite and non-negative")
 
     @property
@@ -224,13 +225,22 @@ class RateEstimate:
                 "need endings >= 0 and finite exposure >= 0 "
                 f"(got {work_losing_endings}, {saved_reclaims}, {exposure_seconds})"
             )
+        return self._updated(work_losing_endings, exposure_seconds, saved_reclaims, self.lifetimes)
+
+    def _updated(
+        self,
+        work_losing_endings: int,
+        exposure_seconds: float,
+        saved_reclaims: int,
+        lifetimes: tuple[tuple[float, EndingKind], ...],
+    ) -> RateEstimate:
         return RateEstimate(
             alpha=self.alpha + work_losing_endings,
             beta=self.beta + exposure_seconds,
             endings=self.endings + work_losing_endings,
             exposure_seconds=self.exposure_seconds + exposure_seconds,
             saved_reclaims=self.saved_reclaims + saved_reclaims,
-            lifetimes=self.lifetimes,
+            lifetimes=lifetimes,
         )
 
     def observe(self, kind: EndingKind, exposure_seconds: float) -> RateEstimate:
@@ -240,15 +250,15 @@ class RateEstimate:
         behind `choose_interval` counts rates per second of training, and charges the restart
         separately (an ending during start-up or restore loses no work whatever the interval).
         """
-        updated = self.update(
-            1 if loses_work(kind) else 0,
-            exposure_seconds,
-            saved_reclaims=1 if kind is EndingKind.RECLAIM_SAVED else 0,
-        )
+        lost, saved = (1 if loses_work(kind) else 0), (1 if kind is EndingKind.RECLAIM_SAVED else 0)
         if kind is EndingKind.BEFORE_TRAINING:
-            return updated  # no training, nothing to learn about how long training lasts
+            # No training, nothing to learn about how long training lasts.
+            return self.update(lost, exposure_seconds, saved_reclaims=saved)
+        if not (exposure_seconds >= 0.0 and math.isfinite(exposure_seconds)):
+            raise ValueError(f"need finite exposure >= 0 (got {exposure_seconds})")
         kept = (*self.lifetimes, (float(exposure_seconds), kind))[-LIFETIMES_KEPT:]
-        return replace(updated, lifetimes=kept)
+        # Built once, lifetimes included (observing is on the controller's path for every ending).
+        return self._updated(lost, exposure_seconds, saved, kept)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -404,11 +414,55 @@ def _expected_time_per_work(
     tau: float, cost: float, lost_rates: list[float], saved_rate: float, restart: float, write: float
 ) -> float:
     """Posterior-expected seconds on the machines per second of work kept (1 / work_rate, averaged)."""
-    total = 0.0
-    for lam in lost_rates:
-        rate = work_rate(tau, cost, lam, saved_rate, restart_cost=restart, write_seconds=write)
-        total += 1.0 / max(rate, 1e-300)
-    return total / len(lost_rates)
+    return _RateTerms([(lam, saved_rate) for lam in lost_rates], restart).time_per_work(tau, cost, write)
+
+
+class _RateTerms:
+    """`work_rate` at fixed rates for many candidate intervals: what does not depend on tau, once.
+
+    The arithmetic is `work_rate`'s, term by term and in the same order, so that the results are
+    bitwise the same; a search evaluates these hundreds of times per choice.
+    """
+
+    def __init__(self, rates: list[tuple[float, float]], restart: float) -> None:
+        """`rates`: (lambda, mu) pairs, work-losing and saved endings per second."""
+        self.count = len(rates)
+        # (lambda, nu, mu / nu, 1 + nu R) per pair; nu <= 0 marks "never ends".
+        self.terms = []
+        for lam, mu in rates:
+            nu = lam + mu
+            if nu <= 0.0:
+                self.terms.append((lam, nu, 0.0, 0.0))
+            else:
+                self.terms.append((lam, nu, mu / nu, 1.0 + nu * restart))
+        self.all_end = all(nu > 0.0 for _, nu, _, _ in self.terms)
+
+    def rates(self, tau: float, cost: float, write: float) -> list[float]:
+        a = tau + cost
+        expm1, exp = math.expm1, math.exp
+        if self.all_end:  # the usual case, as one comprehension
+            return [
+                (saved_share * -expm1(-nu * tau) + lam * tau * exp(-nu * (a + write)))
+                / (-expm1(-nu * a) * restart_factor)
+                for lam, nu, saved_share, restart_factor in self.terms
+            ]
+        out = []
+        for lam, nu, saved_share, restart_factor in self.terms:
+            if nu <= 0.0:
+                out.append(tau / a)
+                continue
+            denominator = -expm1(-nu * a) * restart_factor
+            saved = saved_share * -expm1(-nu * tau)
+            lost = lam * tau * exp(-nu * (a + write))
+            out.append((saved + lost) / denominator)
+        return out
+
+    def time_per_work(self, tau: float, cost: float, write: float) -> float:
+        total = 0.0
+        for rate in self.rates(tau, cost, write):
+            # max(rate, 1e-300), NaN included, without the call.
+            total += 1.0 / (1e-300 if 1e-300 > rate else rate)
+        return total / self.count
 
 
 _SEARCH_LOW, _SEARCH_HIGH = 1.0, 30 * DAY
@@ -440,7 +494,9 @@ def best_interval(
     model_tau = _constant_hazard_interval(estimate, checkpoint_cost, lost_rates, restart_cost, write_seconds)
     if not estimate.lifetimes:
         return model_tau
-    return _blended_interval(estimate, checkpoint_cost, lost_rates, restart_cost, write_seconds, model_tau)
+    return _blended_interval(
+        estimate, checkpoint_cost, _rate_multipliers(estimate, nodes), restart_cost, write_seconds, model_tau
+    )
 
 
 def _constant_hazard_interval(
@@ -451,12 +507,12 @@ def _constant_hazard_interval(
     write_seconds: float,
 ) -> float:
     saved_rate = estimate.saved_rate
+    posterior = _RateTerms([(lam, saved_rate) for lam in lost_rates], restart_cost)
+    at_mean = _RateTerms([(estimate.mean_rate, saved_rate)], restart_cost)
 
-    def objective(log_tau: float, rates: list[float] = lost_rates) -> float:
+    def objective(log_tau: float, terms: _RateTerms = posterior) -> float:
         # Maximised, hence the sign: the expected time to get one second of work done.
-        return -_expected_time_per_work(
-            math.exp(log_tau), checkpoint_cost, rates, saved_rate, restart_cost, write_seconds
-        )
+        return -terms.time_per_work(math.exp(log_tau), checkpoint_cost, write_seconds)
 
     # Coarse scan with the posterior-mean rate (cheap), then golden-section refinement of the full
     # objective within two grid steps either side: averaging over the posterior moves the optimum
@@ -464,7 +520,7 @@ def _constant_hazard_interval(
     low, high = math.log(_SEARCH_LOW), math.log(_SEARCH_HIGH)
     steps = 12  # a factor of about 3.4 between grid points
     grid = [low + (high - low) * i / steps for i in range(steps + 1)]
-    values = [objective(x, [estimate.mean_rate]) for x in grid]
+    values = [objective(x, at_mean) for x in grid]
     best = max(range(len(grid)), key=lambda i: values[i])
     return math.exp(_golden_max(objective, grid[max(best - 2, 0)], grid[min(best + 2, steps)]))
 
@@ -552,16 +608,19 @@ class _Replay:
         # stands for those within REPLAY_BANDWIDTH of it (uniformly): the checkpoints committed
         # jump by one at each multiple of the cycle, and without this spread the replayed curve is
         # a staircase whose highest step, with a few dozen lifetimes, is mostly noise.
-        self.lost_spans = [
-            (
-                seconds * (1.0 - REPLAY_BANDWIDTH) - write_seconds,
-                seconds * (1.0 + REPLAY_BANDWIDTH) - write_seconds,
-            )
-            for seconds, kind in lifetimes
-            if loses_work(kind) and seconds > 0.0
-        ]
+        # Kept as (high, low, high - low), with what does not depend on the interval done once: a
+        # span with high <= 0 or high <= low (a lifetime so short that its spread underflows)
+        # commits nothing and is left out; a low <= 0 takes nothing off (floor(0) = 0, so such a
+        # low is stored as 0.0, whose term is exactly 0.0).
+        self.lost_spans = []
+        for seconds, kind in lifetimes:
+            if kind in _WORK_LOSING and seconds > 0.0:
+                low = seconds * (1.0 - REPLAY_BANDWIDTH) - write_seconds
+                high = seconds * (1.0 + REPLAY_BANDWIDTH) - write_seconds
+                if high > 0.0 and high > low:
+                    self.lost_spans.append((high, low if low > 0.0 else 0.0, high - low))
         # Everything else keeps all its work but the stalls: continuous in the lifetime, no spread.
-        self.kept_all = [seconds for seconds, kind in lifetimes if not loses_work(kind)]
+        self.kept_all = [seconds for seconds, kind in lifetimes if kind not in _WORK_LOSING]
 
     def rate(self, tau: float, checkpoint_cost: float) -> float:
         if self.held <= 0.0:
@@ -569,18 +628,23 @@ class _Replay:
         cycle = tau + checkpoint_cost
         floor = math.floor
         committed = 0.0
-        for low, high in self.lost_spans:
+        # A bound below which t / cycle < 1 whatever the rounding: floor(t / cycle) = 0 there, so
+        # such a bound's term is exactly 0.0 and is skipped (a span entirely below it commits
+        # nothing, and adding or subtracting 0.0 changes no sum).
+        below_one = cycle * 0.999999
+        for high, low, width in self.lost_spans:
             # The mean of floor(t / cycle) over t in [low, high], from the integral of floor: inlined,
             # this loop is most of the choice's cost.
-            if high > 0.0 and high > low:  # not for a lifetime so short that its spread underflows
-                y = high / cycle
-                m = floor(y)
-                upper = m * y - 0.5 * m * (m + 1.0)
+            if high < below_one:
+                continue
+            y = high / cycle
+            m = floor(y)
+            upper = m * y - 0.5 * m * (m + 1.0)
+            if low >= below_one:
                 y = low / cycle
-                if y > 0.0:
-                    m = floor(y)
-                    upper -= m * y - 0.5 * m * (m + 1.0)
-                committed += upper * cycle / (high - low)
+                m = floor(y)
+                upper -= m * y - 0.5 * m * (m + 1.0)
+            committed += upper * cycle / width
         kept = tau * committed
         for seconds in self.kept_all:
             full = floor(seconds / cycle)
@@ -592,22 +656,31 @@ class _Replay:
 def _blended_interval(
     estimate: RateEstimate,
     checkpoint_cost: float,
-    lost_rates: list[float],
+    multipliers: list[float] | None,
     restart_cost: float,
     write_seconds: float,
     model_tau: float,
 ) -> float:
-    saved_rate = estimate.saved_rate
     n = float(len(estimate.lifetimes))
     model_share = MODEL_WEIGHT_ATTEMPTS / (MODEL_WEIGHT_ATTEMPTS + n)
     replay = _Replay(estimate.lifetimes, restart_cost, write_seconds)
+    lost_rate, saved_rate = estimate.mean_rate, estimate.saved_rate
+    if multipliers is None:
+        plain_rates = _gamma_quantiles(estimate.alpha, estimate.beta, QUADRATURE_NODES)
+        posterior = _RateTerms([(lam, saved_rate) for lam in plain_rates], restart_cost)
+
+        def model(tau: float) -> float:
+            return 1.0 / posterior.time_per_work(tau, checkpoint_cost, write_seconds)
+
+    else:
+        mixture = _Mixture(lost_rate, saved_rate, multipliers, restart_cost)
+
+        def model(tau: float) -> float:
+            return mixture.work_rate(tau, checkpoint_cost, write_seconds)
 
     def objective(log_tau: float) -> float:
         tau = math.exp(log_tau)
-        model = 1.0 / _expected_time_per_work(
-            tau, checkpoint_cost, lost_rates, saved_rate, restart_cost, write_seconds
-        )
-        return model_share * model + (1.0 - model_share) * replay.rate(tau, checkpoint_cost)
+        return model_share * model(tau) + (1.0 - model_share) * replay.rate(tau, checkpoint_cost)
 
     # The replayed curve, although smoothed, can have local bumps, so a plain golden section could
     # stop on one: scan in steps of 2^(1/3) (26 %) first, then refine around the best.
@@ -620,6 +693,90 @@ def _blended_interval(
     low, high = math.log(_SEARCH_LOW), math.log(_SEARCH_HIGH)
     left, right = max(grid[max(best - 1, 0)], low), min(grid[min(best + 1, len(grid) - 1)], high)
     return math.exp(_golden_max(objective, left, right, tolerance=1e-2))
+
+
+# Attempts that differ from each other
+# --------------------------------
+# The model above takes every attempt to end at the same (unknown) rate. Where attempts differ
+# (zone-wide bursts: runs of short attempts, then long calm ones), that is wrong in a way that
+# matters: the long attempts hold nearly all the training time, so they, not the typical attempt,
+# should set the interval; and after a run of short attempts the rates (and their replay) say
+# "short" just before a long attempt inherits that short interval (bench/goodput_sim.py, bursty,
+# M = 30 h, C = 900 s: 97.1 % of the best fixed interval, the one point below 98 %).
+# So, once lifetimes are kept and a work-losing ending has been seen, the model part of the blend
+# treats the posterior as the spread of rates *across attempts* (on HETEROGENEITY_NODES
+# equal-probability quantiles: the slow tail, which holds the long attempts, needs more than the
+# QUADRATURE_NODES above):
+#   - each attempt ends at rate m * (lambda, mu), with m drawn from the posterior's shape (the
+#     split between work-losing and saved endings does not depend on how long an attempt lasts:
+#     whether the emergency save commits is not a matter of the attempt's age);
+#   - its goodput is the ratio of the expectations of work kept and time held over m (a renewal-
+#     reward ratio: long attempts weigh by their length), not the expectation of the ratio;
+#   - the posterior's shape is widened by the overdispersion of the kept lifetimes: with squared
+#     coefficient of variation v > 1 (1 for exponential lifetimes), the observations count as
+#     1 / v of themselves (a quasi-likelihood correction), so that lifetimes more variable than
+#     exponential ones make the spread of rates wider.
+# Exponential lifetimes (v about 1) with many endings behave as before; the prior alone, and books
+# without lifetimes, too.
+
+HETEROGENEITY_NODES = 15
+
+
+def lifetime_dispersion(lifetimes: tuple[tuple[float, EndingKind], ...]) -> float:
+    """Squared coefficient of variation of the kept lifetimes (1 for exponential ones), at least 1."""
+    seconds = [s for s, _ in lifetimes]
+    if len(seconds) < 2:
+        return 1.0
+    mean = math.fsum(seconds) / len(seconds)
+    if not (mean > 0.0 and math.isfinite(mean)):
+        return 1.0
+    # In units of the mean, so that neither tiny nor huge lifetimes underflow or overflow.
+    relative = math.fsum((s / mean - 1.0) ** 2 for s in seconds) / (len(seconds) - 1)
+    return max(1.0, relative) if math.isfinite(relative) else 1.0
+
+
+def _rate_multipliers(estimate: RateEstimate, nodes: int) -> list[float] | None:
+    """Equal-probability rate multipliers across attempts (mean about 1), or None where not used."""
+    if nodes == 1 or estimate.endings < 1 or not estimate.lifetimes:
+        return None
+    weight = 1.0 / lifetime_dispersion(estimate.lifetimes)
+    prior_alpha = estimate.alpha - estimate.endings
+    prior_beta = estimate.beta - estimate.exposure_seconds
+    alpha = prior_alpha + weight * estimate.endings
+    beta = prior_beta + weight * estimate.exposure_seconds
+    if not (alpha > 0.0 and beta > 0.0):  # a book whose counts exceed its posterior (hand-edited)
+        return None
+    rates = _gamma_quantiles(alpha, beta, max(nodes, HETEROGENEITY_NODES))
+    return [rate * beta / alpha for rate in rates]
+
+
+def _mixture_work_rate(
+    tau: float,
+    cost: float,
+    lost_rate: float,
+    saved_rate: float,
+    multipliers: list[float],
+    restart: float,
+    write: float,
+) -> float:
+    """Work kept per second held when each attempt's rates are (lambda, mu) times a random m."""
+    return _Mixture(lost_rate, saved_rate, multipliers, restart).work_rate(tau, cost, write)
+
+
+class _Mixture:
+    """`_mixture_work_rate` for many candidate intervals: the per-attempt rates and lengths once."""
+
+    def __init__(self, lost_rate: float, saved_rate: float, multipliers: list[float], restart: float) -> None:
+        rates = [(m * lost_rate, m * saved_rate) for m in multipliers]
+        self.lengths = [restart + 1.0 / max(lam + mu, 1e-300) for lam, mu in rates]
+        self.terms = _RateTerms(rates, restart)
+
+    def work_rate(self, tau: float, cost: float, write: float) -> float:
+        kept = held = 0.0
+        for rate, per_attempt in zip(self.terms.rates(tau, cost, write), self.lengths):
+            kept += rate * per_attempt
+            held += per_attempt
+        return kept / held
 
 
 @dataclass(frozen=True)
