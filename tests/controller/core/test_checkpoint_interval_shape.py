@@ -127,6 +127,32 @@ def test_replay_keeps_the_committed_checkpoints_of_a_lost_attempt_and_all_but_th
     assert replay_rate(9000.0, 1000.0, ((9000.0, EndingKind.KILLED),), write_seconds=8000.0) == 0.0
 
 
+@pytest.mark.parametrize(
+    "lifetime",
+    [
+        5_000.0,  # the whole spread (3 750 .. 6 250 s, less W) ends before the first commit
+        11_000.0,  # the spread's top just past the first commit
+        14_000.0,  # the spread straddles the first commit
+        26_500.0,  # straddles the second
+        95_000.0,  # spans several cycles
+    ],
+)
+def test_a_lost_attempt_keeps_the_checkpoints_committed_on_average_over_its_spread(lifetime):
+    # Cycle 10 000 s, W = 2 000 s: a checkpoint counts once W has passed after its stall, i.e. one
+    # per full cycle of (t - W). The replay spreads the lifetime uniformly over +-25 %; here the
+    # same average is taken by brute force on a fine grid.
+    tau, cost, write = 9000.0, 1000.0, 2000.0
+    low, high = 0.75 * lifetime, 1.25 * lifetime
+    steps = 100_000
+    committed = [
+        max(math.floor((low + (high - low) * (i + 0.5) / steps - write) / (tau + cost)), 0)
+        for i in range(steps)
+    ]
+    expected = tau * sum(committed) / steps / lifetime
+    got = replay_rate(tau, cost, ((lifetime, EndingKind.KILLED),), write_seconds=write)
+    assert got == pytest.approx(expected, rel=1e-3, abs=1e-6)
+
+
 def test_replay_of_exponential_lifetimes_agrees_with_the_constant_hazard_model():
     mtbf, cost = 2 * HOUR, 60.0
     estimate = observed(quantiles(lambda p: -mtbf * math.log1p(-p)))
