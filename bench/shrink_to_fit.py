@@ -40,6 +40,8 @@ import sys
 import time
 from pathlib import Path
 
+from elastic_resume import parameter_difference  # bench/ is this script's directory
+
 from controller.cli.demo import Demo, DemoFailed, DemoOptions, Narrator
 from controller.core.model import TERMINAL_PHASE_NAMES
 
@@ -230,17 +232,6 @@ def final_parameters(job_id: str, steps: int) -> dict:
         io.BytesIO(blob.download_as_bytes(timeout=60)), map_location="cpu", weights_only=True
     )
     return payload["model"]
-
-
-def parameter_difference(left: dict, right: dict) -> tuple[float, float]:
-    """(max |l - r|, ||l - r|| / ||l||) over all parameters."""
-    max_abs, diff_sq, norm_sq = 0.0, 0.0, 0.0
-    for name, value in left.items():
-        delta = (value.double() - right[name].double()).flatten()
-        max_abs = max(max_abs, delta.abs().max().item())
-        diff_sq += delta.pow(2).sum().item()
-        norm_sq += value.double().pow(2).sum().item()
-    return max_abs, (diff_sq / norm_sq) ** 0.5
 
 
 def draw(curves: dict[str, dict[int, float]], path: Path, sizes: list[tuple[int, int, str]]) -> Path:
