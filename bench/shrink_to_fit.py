@@ -27,7 +27,8 @@ unshrunk reference) and with another seed (the run-to-run spread that a shrink s
 inside). Prints the job's timeline, the attempts' sizes, the time from the first reclaim to
 training on 2 replicas, and the final-loss and parameter differences; writes the three loss
 curves to a PNG. Exit status 0 only when the job ran at 4, then 2, then 4 replicas, succeeded,
-and the shrunk run's differences from the reference are smaller than the other seed's.
+and its parameters ended closer to the reference's than the other seed's did (relative L2; the
+final loss is one batch's loss, too noisy with dropout to decide on its own).
 """
 
 from __future__ import annotations
@@ -338,12 +339,16 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(f"{'shrunk and grown back':34} {b_loss:15.3e} {b_max:14.3e} {b_rel:15.3e}")
         print(f"{'other seed':34} {c_loss:15.3e} {c_max:14.3e} {c_rel:15.3e}")
+        # The final loss is one batch's loss, noisy with dropout: the mean of the last logged
+        # losses says more, and the parameters most (they are what the verdict uses).
+        tail = {name: _tail_mean(curve) for name, curve in losses.items()}
+        print("mean of the last 5 logged losses: " + ", ".join(f"{n} {v:.4f}" for n, v in tail.items()))
         shaded = _shrunk_steps(demo, doc)
         Path(args.out).mkdir(parents=True, exist_ok=True)
         png = draw(losses, Path(args.out) / "shrink_to_fit_losses.png", shaded)
         print(f"loss curves: {png}")
         print(f"sizes the job trained at, by attempt: {sizes_run}; wall {time.monotonic() - started:.0f} s")
-        ok = sizes_run == [4, 2, 4] and b_rel < c_rel and b_loss < c_loss
+        ok = sizes_run == [4, 2, 4] and b_rel < c_rel
         print("RESULT:", "ok" if ok else "NOT as expected")
         return 0 if ok else 1
     except DemoFailed as error:
@@ -353,6 +358,11 @@ def main(argv: list[str] | None = None) -> int:
         demo.stop()
         os.environ.clear()
         os.environ.update(saved_env)
+
+
+def _tail_mean(curve: dict[int, float], count: int = 5) -> float:
+    last = sorted(curve)[-count:]
+    return sum(curve[step] for step in last) / len(last)
 
 
 def _trained(demo: Demo, attempt: dict) -> bool:
