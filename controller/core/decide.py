@@ -646,9 +646,9 @@ def _running_shrunk_alert(state: JobState, now: float) -> Outcome:
     if policy is None or size is None or since is None:
         return state, []
     kind = f"running_shrunk:since-{since:.3f}"
-    if any(a.kind == kind for a in state.alerts):
+    if _has_alerted(state, kind):
         return state, []
-    state = replace(state, alerts=state.alerts + (Alerted(kind, now),))
+    state = _record_alert(state, kind, now)
     alert = RaiseAlert(
         "running_shrunk",
         "WARNING",
@@ -670,9 +670,18 @@ def _terminal(state: JobState, phase: Phase, reason: str) -> Outcome:
 
 def _fail(state: JobState, kind: str, reason: str, now: float) -> Outcome:
     state, actions = _terminal(state, Phase.FAILED, reason)
-    state = replace(state, alerts=state.alerts + (Alerted(kind, now),))
+    state = _record_alert(state, kind, now)
     alert = RaiseAlert(kind, "ERROR", f"job {state.job_id} failed: {reason}", _alert_details(state))
     return state, [alert, *actions]
+
+
+def _has_alerted(state: JobState, kind: str) -> bool:
+    return any(a.kind == kind for a in state.alerts)
+
+
+def _record_alert(state: JobState, kind: str, now: float) -> JobState:
+    """Remember that `kind` was raised, so that the alert is sent once (see _has_alerted)."""
+    return replace(state, alerts=state.alerts + (Alerted(kind, now),))
 
 
 def _alert_details(state: JobState) -> dict[str, Any]:
@@ -702,9 +711,9 @@ def _capacity_wait_alert(state: JobState, now: float, config: CoreConfig) -> Out
         return state, []
     kind = f"capacity_wait:attempt-{current.number}"
     waited = now - current.submitted_at
-    if waited < config.capacity_wait_alert_seconds or any(a.kind == kind for a in state.alerts):
+    if waited < config.capacity_wait_alert_seconds or _has_alerted(state, kind):
         return state, []
-    state = replace(state, alerts=state.alerts + (Alerted(kind, now),))
+    state = _record_alert(state, kind, now)
     alert = RaiseAlert(
         "capacity_wait",
         "WARNING",
@@ -721,9 +730,9 @@ def _capacity_refused(state: JobState, now: float, message: str) -> Outcome:
     since = state.capacity_wait_since if state.capacity_wait_since is not None else now
     state = replace(state, capacity_wait_since=since)
     kind = f"capacity_wait:since-{since:.3f}"
-    if any(a.kind == kind for a in state.alerts):
+    if _has_alerted(state, kind):
         return state, []
-    state = replace(state, alerts=state.alerts + (Alerted(kind, now),))
+    state = _record_alert(state, kind, now)
     alert = RaiseAlert(
         "capacity_wait",
         "WARNING",
@@ -741,7 +750,7 @@ def _preemption_storm_alert(state: JobState, now: float, config: CoreConfig) -> 
     already = any(a.kind == "preemption_storm" and a.at >= window_start for a in state.alerts)
     if len(recent) < config.preemption_storm_count or already:
         return state, []
-    state = replace(state, alerts=state.alerts + (Alerted("preemption_storm", now),))
+    state = _record_alert(state, "preemption_storm", now)
     alert = RaiseAlert(
         "preemption_storm",
         "WARNING",
