@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import os
 import subprocess
 import sys
@@ -26,6 +25,7 @@ import tempfile
 import time
 
 import torch
+from trainer_logs import json_records  # bench/ is this script's directory
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BATCH = 4
@@ -62,14 +62,7 @@ def run_trainer(engine: str, nproc: int, steps: int, seed: int, root: str, attem
     done = subprocess.run(command, env=env, cwd=REPO, capture_output=True, text=True, timeout=900)
     if done.returncode != 0:
         raise SystemExit(f"trainer failed ({done.returncode}):\n{done.stdout[-4000:]}\n{done.stderr[-2000:]}")
-    records = []
-    for line in done.stdout.splitlines():
-        if line.startswith("{"):
-            try:
-                records.append(json.loads(line))
-            except ValueError:
-                pass
-    return records
+    return json_records(done.stdout)
 
 
 def final_parameters(engine: str, root: str, step: int) -> dict[str, torch.Tensor]:

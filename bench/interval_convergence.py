@@ -42,6 +42,8 @@ import os
 import sys
 import time
 
+from trainer_logs import chief_log_path  # bench/ is this script's directory
+
 from controller.cli.demo import Demo, DemoFailed, DemoOptions, Narrator
 from controller.core.model import TERMINAL_PHASE_NAMES
 
@@ -153,7 +155,7 @@ def run_schedule(demo: Demo, job_id: str, say) -> tuple[dict, list[str]]:
 
 def _step_reached(demo: Demo, vertex_job: str) -> int:
     """The newest step the attempt's chief logged (devstack keeps each replica's log); -1 if none."""
-    log = demo.dir / "devstack" / "vertex" / vertex_job.rsplit("/", 1)[-1] / "workerpool0-0.log"
+    log = chief_log_path(demo.dir / "devstack", vertex_job)
     try:
         lines = log.read_text(errors="replace").splitlines()
     except FileNotFoundError:
@@ -166,7 +168,7 @@ def _step_reached(demo: Demo, vertex_job: str) -> int:
 
 def _committed(demo: Demo, vertex_job: str) -> bool:
     """Whether the attempt's chief logged a committed checkpoint (before any reclaim: a periodic one)."""
-    log = demo.dir / "devstack" / "vertex" / vertex_job.rsplit("/", 1)[-1] / "workerpool0-0.log"
+    log = chief_log_path(demo.dir / "devstack", vertex_job)
     try:
         return '"message": "checkpoint committed"' in log.read_text(errors="replace")
     except FileNotFoundError:

@@ -35,13 +35,13 @@ from __future__ import annotations
 
 import argparse
 import io
-import json
 import os
 import sys
 import time
 from pathlib import Path
 
 from elastic_resume import parameter_difference  # bench/ is this script's directory
+from trainer_logs import chief_records
 
 from controller.cli.demo import Demo, DemoFailed, DemoOptions, Narrator
 from controller.core.model import TERMINAL_PHASE_NAMES
@@ -108,19 +108,7 @@ def job_request(job_id: str, steps: int, seed: int) -> dict:
 
 def chief_log(demo: Demo, vertex_job: str) -> list[dict]:
     """The JSON lines the chief of one attempt wrote (devstack keeps each replica's log)."""
-    path = demo.dir / "devstack" / "vertex" / vertex_job.rsplit("/", 1)[-1] / "workerpool0-0.log"
-    records = []
-    try:
-        lines = path.read_text(errors="replace").splitlines()
-    except FileNotFoundError:
-        return records
-    for line in lines:
-        if line.startswith("{"):
-            try:
-                records.append(json.loads(line))
-            except ValueError:
-                pass  # a line cut by SIGKILL
-    return records
+    return chief_records(demo.dir / "devstack", vertex_job)
 
 
 def step_reached(demo: Demo, vertex_job: str) -> int:

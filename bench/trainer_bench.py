@@ -21,6 +21,8 @@ import tempfile
 import time
 from datetime import timedelta
 
+from trainer_logs import json_records  # bench/ is this script's directory
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODEL = "trainer.examples.gpt:build_larger_model"
 DATA = "trainer.examples.gpt:build_larger_dataset"
@@ -53,14 +55,7 @@ def run_trainer(args: list[str], env: dict | None = None) -> list[dict]:
     done = subprocess.run(cmd, env=trainer_env(env), cwd=REPO, capture_output=True, text=True, timeout=600)
     if done.returncode != 0:
         raise SystemExit(f"trainer failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
-    records = []
-    for line in done.stdout.splitlines():
-        if line.startswith("{"):
-            try:
-                records.append(json.loads(line))
-            except ValueError:
-                pass
-    return records
+    return json_records(done.stdout)
 
 
 def trainer_step_seconds(nproc: int, steps: int, window: int) -> float:
