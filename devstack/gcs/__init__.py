@@ -27,7 +27,8 @@ Covered
   lock, so of two concurrent create-only writes exactly one wins.
 - Listing with prefix, delimiter (prefixes) and matchGlob, in pages of at most 1,000
   (maxResults, pageToken, nextPageToken).
-- Persistence: with data_dir, objects and metadata survive a restart.
+- Persistence: with data_dir, objects and metadata survive a restart (or a kill: each object
+  write appends one journal line, so its cost does not grow with the bucket).
 
 NOT emulated
 - Object versioning / non-current generations, soft delete and restore (deletes are hard).
