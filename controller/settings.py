@@ -163,8 +163,8 @@ class Settings(BaseSettings):
         ge=1,
         description="Vertex Get/List/Cancel calls this controller allows itself per minute. Vertex's quota "
         "is 600 resource-management requests per minute per project and region, shared with every other "
-        "Vertex user of the project (FIELD-NOTES.md, Vertex quotas; Google's 'Vertex AI quotas and limits' "
-        "page); the default leaves half of it to them. A reconcile pass costs one List call per 1,000 live "
+        "Vertex user of the project (Google's 'Vertex AI quotas and limits' page, "
+        "https://cloud.google.com/vertex-ai/docs/quotas); the default leaves half of it to them. A reconcile pass costs one List call per 1,000 live "
         "CustomJobs plus one Get per live job whose CustomJob ended or vanished.",
     )
     hint_ignore_unknown: bool = Field(

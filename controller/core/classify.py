@@ -1,7 +1,7 @@
 """Classify how a Vertex AI attempt ended.
 
-Google documents few of the signals a reclaim leaves (see /work/shared/FIELD-NOTES.md, "Vertex AI
-as documented"): a reclaimed Spot job "fails with a STOCKOUT error" after up to six in-place
+Google documents few of the signals a reclaim leaves (devstack/README.md lists the
+pages): a reclaimed Spot job "fails with a STOCKOUT error" after up to six in-place
 restarts, but neither its `error.code` nor its message is documented, nothing says the word
 "preempt" appears, and `error` is set only about a minute after the job ends. So no rule below
 depends on undocumented wording; each one reads evidence whose meaning is documented or is our

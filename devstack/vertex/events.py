@@ -23,7 +23,8 @@ log = logging.getLogger(__name__)
 
 EventSink = Callable[[dict[str, Any]], None]
 
-# Service lines Vertex is documented to write (`gcloud ai custom-jobs stream-logs`, FIELD-NOTES).
+# Service lines Vertex is documented to write (`gcloud ai custom-jobs stream-logs`
+# reference and the training-service page, devstack/README.md names both).
 DOCUMENTED_TEXT = {
     JobState.JOB_STATE_PENDING: "Waiting for job to be provisioned.",
     JobState.JOB_STATE_RUNNING: "Job is running.",

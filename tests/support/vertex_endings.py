@@ -2,7 +2,7 @@
 
 Each entry is one ending the controller may read: the job's state and `error`, what the attempt
 was (Spot or not, started or not), the chief's exit record if any, and the ending Relaunch must
-conclude. Sources (FIELD-NOTES.md, "Vertex AI as documented"):
+conclude. Sources (devstack/README.md gives their addresses):
   [training-service] Vertex docs, "Understand the training service" (restarts, common errors,
       success on the primary replica, error set about a minute after the end);
   [spot] Vertex docs, "Use Spot VMs with training" (a reclaim fails the job with a STOCKOUT error);
