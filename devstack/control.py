@@ -1,7 +1,9 @@
 """Fault injection over HTTP, so a CLI or a test in another process can disturb a running
 devstack (RELAUNCH_DEVSTACK_CONTROL names the server).
 
-    POST /preempt   {"job": NAME, "grace_seconds": 15, "end_job": false} -> {"preempted": true}
+    POST /preempt   {"job": NAME, "grace_seconds": 15, "end_job": false, "code": 8 | "ABORTED",
+                     "message": TEXT} -> {"preempted": true}   (code, message: the FAILED error)
+    POST /oom       {"job": NAME, "replica": "workerpool0-0"} -> {"killed": true}
     POST /stockout  {"queue_seconds": 0, "fail": false}
     POST /capacity  {"replicas": 2 | null, "machineType": "a2-highgpu-1g" | null, "mode": "queue" | "fail"}
     POST /faults    {"rate": 0.2, "codes": ["UNAVAILABLE"], "seed": null}
@@ -35,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import requests
+from google.rpc import code_pb2
 
 log = logging.getLogger(__name__)
 
@@ -45,15 +48,43 @@ def _required(body: dict, key: str):
     return body[key]
 
 
+def error_code(value) -> int | None:
+    """A google.rpc code given as a number or a name ("ABORTED"), or None."""
+    if value is None:
+        return None
+    if isinstance(value, str) and not value.strip().lstrip("-").isdigit():
+        try:
+            return code_pb2.Code.Value(value.strip().upper())
+        except ValueError:
+            raise ValueError(f"code {value!r} is not a google.rpc code name") from None
+    if isinstance(value, bool):
+        raise ValueError("code must be a number or a google.rpc code name")
+    number = int(value)
+    if number not in code_pb2.Code.values():
+        raise ValueError(f"code {number} is not a google.rpc code (0-16)")
+    return number
+
+
 def _preempt(target, body):
     job = _required(body, "job")
     grace = body.get("grace_seconds")
     end_job = body.get("end_job")
+    message = body.get("message")
+    if message is not None and not isinstance(message, str):
+        raise ValueError("message must be a string")
     return {
         "preempted": target.preempt(
-            job, None if grace is None else float(grace), end_job=None if end_job is None else bool(end_job)
+            job,
+            None if grace is None else float(grace),
+            end_job=None if end_job is None else bool(end_job),
+            error_code=error_code(body.get("code")),
+            error_text=message,
         )
     }
+
+
+def _oom(target, body):
+    return {"killed": target.out_of_memory(_required(body, "job"), str(body.get("replica", "workerpool0-0")))}
 
 
 def _quota_shortfall(target, body):
@@ -136,6 +167,7 @@ _POSTS = {
     "/calls": _calls,
     "/gcs": _gcs,
     "/preempt": _preempt,
+    "/oom": _oom,
     "/stockout": _stockout,
     "/capacity": _capacity,
     "/faults": _faults,
@@ -220,10 +252,25 @@ class ControlClient:
         return payload
 
     def preempt(
-        self, job_name: str, grace_seconds: float | None = None, *, end_job: bool | None = None
+        self,
+        job_name: str,
+        grace_seconds: float | None = None,
+        *,
+        end_job: bool | None = None,
+        code: int | str | None = None,
+        message: str | None = None,
     ) -> bool:
-        body = {"job": job_name, "grace_seconds": grace_seconds, "end_job": end_job}
+        body = {
+            "job": job_name,
+            "grace_seconds": grace_seconds,
+            "end_job": end_job,
+            "code": code,
+            "message": message,
+        }
         return self._call("POST", "/preempt", body)["preempted"]
+
+    def out_of_memory(self, job_name: str, replica: str = "workerpool0-0") -> bool:
+        return self._call("POST", "/oom", {"job": job_name, "replica": replica})["killed"]
 
     def quota_shortfall(self, mode: str | None) -> None:
         self._call("POST", "/quota_shortfall", {"mode": mode})

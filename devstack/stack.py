@@ -128,12 +128,24 @@ class DevStack:
 
     # ---- fault injection (the same names over HTTP: devstack.control.ControlClient) --------
     def preempt(
-        self, job_name: str, grace_seconds: float | None = None, *, end_job: bool | None = None
+        self,
+        job_name: str,
+        grace_seconds: float | None = None,
+        *,
+        end_job: bool | None = None,
+        error_code: int | None = None,
+        error_text: str | None = None,
     ) -> bool:
         """Reclaim a job's VMs (SIGTERM, grace, SIGKILL; then an in-place restart or, with
-        `end_job` or no restarts left, a FAILED job); False if it had already ended. KeyError if
-        unknown."""
-        return self.vertex.preempt(job_name, grace_seconds, end_job=end_job)
+        `end_job` or no restarts left, a FAILED job with `error_code`/`error_text`, default the
+        behaviour's); False if it had already ended. KeyError if unknown."""
+        return self.vertex.preempt(
+            job_name, grace_seconds, end_job=end_job, error_code=error_code, error_text=error_text
+        )
+
+    def out_of_memory(self, job_name: str, replica: str = "workerpool0-0") -> bool:
+        """Kill one replica as its memory limit would; the job ends with Vertex's OOM error."""
+        return self.vertex.out_of_memory(job_name, replica)
 
     def quota_shortfall(self, mode: str | None) -> None:
         """Training quota used up: "queue" holds new jobs QUEUED, "reject" answers creates 429."""

@@ -17,6 +17,8 @@ STOCKOUT_TEXT = (
     "Resources are insufficient in region: {region}. Try a different region or use a different accelerator."
 )
 INTERNAL_TEXT = "Internal error occurred for the current attempt."
+# documented [training-service]: the common error of a replica that ran out of memory.
+OUT_OF_MEMORY_TEXT = "The replica {replica} ran out of memory and exited with a non-zero status of {status}."
 QUOTA_TEXT = "The following quota metrics exceed quota limits: {metric}"
 
 
@@ -48,6 +50,10 @@ class VertexBehaviour:
     # --- restarts of crashes and stockouts [training-service] -----------------------------
     crash_restart_exit_codes: frozenset[int] = field(default_factory=lambda: frozenset({6, 11, 134, 139}))
     crash_restarts: int = 3  # documented: 134/139 "restarted up to 3 times"
+    # documented: out of memory is a common error that shuts the whole job down, with
+    # OUT_OF_MEMORY_TEXT [training-service]; the error code is unknown. Assumed: 3
+    # (INVALID_ARGUMENT), the code a user-code failure carries.
+    out_of_memory_error_code: int = code_pb2.INVALID_ARGUMENT
     stockout_restarts: int = 3  # documented: a stockout is "restarted up to 3 times"
     # --- quota shortfall [training-service] / [issues] ---------------------------------------
     quota_metric: str = "aiplatform.googleapis.com/custom_model_training_cpus"  # assumed suffix

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import os
 import re
+import signal
 import sys
 import threading
 import time
@@ -437,14 +438,22 @@ class VertexEmulator:
         return names
 
     def preempt(
-        self, job_name: str, grace_seconds: float | None = None, *, end_job: bool | None = None
+        self,
+        job_name: str,
+        grace_seconds: float | None = None,
+        *,
+        end_job: bool | None = None,
+        error_code: int | None = None,
+        error_text: str | None = None,
     ) -> bool:
         """Reclaim the job's VMs as Compute Engine reclaims Spot VMs: SIGTERM to every replica,
         SIGKILL after ``grace_seconds`` (default: the behaviour's 15 s; 0 = SIGKILL with no
         SIGTERM), then restart the job in place with its environment unchanged while restarts
         remain, else end it FAILED with the STOCKOUT-style error (``end_job=True`` ends it at
         once). On Vertex only Spot VMs are reclaimed; devstack reclaims whatever job it is told.
-        False if the job had already ended or is being cancelled; KeyError if it is unknown."""
+        ``error_code``/``error_text`` replace the behaviour's reclaim error for this reclaim
+        (Google documents neither). False if the job had already ended or is being cancelled;
+        KeyError if it is unknown."""
         with self.changed:
             record = self._jobs[job_name]
             if not record.active or record.cancel_requested:
@@ -452,9 +461,25 @@ class VertexEmulator:
             if record.reclaim is None:
                 grace = self.behaviour.reclaim_grace_seconds if grace_seconds is None else grace_seconds
                 ends = self.behaviour.reclaim_ends_job if end_job is None else end_job
-                record.reclaim = Reclaim(max(float(grace), 0.0), bool(ends))
+                record.reclaim = Reclaim(max(float(grace), 0.0), bool(ends), error_code, error_text)
             self.wake(record)
             return True
+
+    def out_of_memory(self, job_name: str, replica: str = "workerpool0-0") -> bool:
+        """Kill one replica as the container's memory limit would (SIGKILL, status 137); the
+        job then ends FAILED with Vertex's documented out-of-memory error, not restarted.
+        False if the job is not running that replica now; KeyError if the job is unknown."""
+        with self.changed:
+            record = self._jobs[job_name]
+            target = next((r for r in record.replicas if r.plan.name == replica), None)
+            if not record.active or target is None or target.exit_status is not None:
+                return False
+            target.out_of_memory = True
+        if target.process is None:
+            target.exit(128 + signal.SIGKILL)  # a simulated replica: no process to kill
+        else:
+            target.signal_group(signal.SIGKILL)
+        return True
 
     def configure(self, **changes) -> VertexBehaviour:
         """Change behaviour knobs (``devstack.vertex.behaviour``); returns the previous behaviour,

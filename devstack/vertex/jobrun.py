@@ -20,7 +20,7 @@ from google.cloud.aiplatform_v1 import CustomJob, JobState, Scheduling
 from google.rpc import code_pb2, status_pb2
 
 from devstack.vertex import replicas as replica_procs
-from devstack.vertex.behaviour import INTERNAL_TEXT, STOCKOUT_TEXT, VertexBehaviour
+from devstack.vertex.behaviour import INTERNAL_TEXT, OUT_OF_MEMORY_TEXT, STOCKOUT_TEXT, VertexBehaviour
 from devstack.vertex.replicas import Replica
 from devstack.vertex.simulated import Alarms, SimulatedReplica, Simulation, launch_simulated
 
@@ -101,6 +101,10 @@ class Reclaim:
 
     grace_seconds: float
     end_job: bool
+    # The FAILED job's error when this reclaim ends it; None: the behaviour's knobs. Google
+    # documents neither the code nor the text of a reclaim, so a test can pick any per call.
+    error_code: int | None = None
+    error_text: str | None = None
 
 
 @dataclass
@@ -360,7 +364,7 @@ class JobRunner:
                     record.reclaim = None
             if restart:
                 return True
-            self._fail(self._reclaim_error())
+            self._fail(self._reclaim_error(reclaim))
             return False
         if cancelled:
             replica_procs.terminate(record.replicas, host.kill_grace_seconds)
@@ -368,6 +372,10 @@ class JobRunner:
             return False
         if failure is not None:
             replica_procs.terminate(record.replicas, host.kill_grace_seconds)
+            if failure.out_of_memory:  # a common error: the whole job ends, no restart
+                text = OUT_OF_MEMORY_TEXT.format(replica=failure.plan.name, status=failure.exit_status)
+                self._fail(status(behaviour.out_of_memory_error_code, text))
+                return False
             if (
                 failure.exit_status in behaviour.crash_restart_exit_codes
                 and record.crash_restarts < behaviour.crash_restarts
@@ -397,11 +405,12 @@ class JobRunner:
 
     # ----- endings ---------------------------------------------------------------------------
 
-    def _reclaim_error(self) -> status_pb2.Status:
+    def _reclaim_error(self, reclaim: Reclaim) -> status_pb2.Status:
         behaviour = self.host.behaviour
-        return status(
-            behaviour.reclaim_error_code, behaviour.reclaim_error_text.format(region=self.host.region)
-        )
+        code = behaviour.reclaim_error_code if reclaim.error_code is None else reclaim.error_code
+        if reclaim.error_text is not None:
+            return status(code, reclaim.error_text)  # verbatim: the caller's own wording
+        return status(code, behaviour.reclaim_error_text.format(region=self.host.region))
 
     def _fail(self, error: status_pb2.Status) -> None:
         """End FAILED; `error` follows after the documented delay (a reader may see none)."""

@@ -50,6 +50,9 @@ class Replica:
     # Set when the process could not be started at all (e.g. command not found).
     launch_error: str | None = None
     exited: threading.Event = field(default_factory=threading.Event)
+    # Set by `VertexEmulator.out_of_memory` before it kills the replica: the kill reads as the
+    # container exceeding its memory, which Vertex reports with its own text.
+    out_of_memory: bool = False
 
     @property
     def returncode(self) -> int | None:

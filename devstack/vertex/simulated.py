@@ -126,6 +126,7 @@ class SimulatedReplica:
     process: None = None
     launch_error: str | None = None
     exited: threading.Event = field(default_factory=threading.Event)
+    out_of_memory: bool = False
     _status: int | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 

@@ -127,6 +127,10 @@ def test_control_server_preempts_and_injects_api_faults(devstack):
     assert control.preempt(job.name) is False  # already over
     with pytest.raises(ControlError, match="unknown job"):
         control.preempt(f"{_parent()}/customJobs/999999")
+    with pytest.raises(ControlError, match="not a google.rpc code name"):
+        control.preempt(job.name, code="PREEMPTED")
+    with pytest.raises(ControlError, match="unknown job"):
+        control.out_of_memory(f"{_parent()}/customJobs/999999")
 
     control.quota_shortfall("reject")
     try:
@@ -230,7 +234,9 @@ def test_relaunch_devstack_up_env_down_in_the_background(tmp_path, relaunch, mon
     assert after.returncode == 1 and "no devstack running" in after.stderr
 
 
-@pytest.mark.parametrize("verb", ["up", "env", "down", "status", "preempt", "stockout", "capacity", "faults"])
+@pytest.mark.parametrize(
+    "verb", ["up", "env", "down", "status", "preempt", "oom", "stockout", "capacity", "faults"]
+)
 def test_every_devstack_verb_explains_itself_with_an_example(relaunch, verb):
     shown = relaunch("devstack", verb, "--help", timeout=60)
     assert shown.returncode == 0
@@ -267,3 +273,15 @@ def test_control_server_seeds_history_simulates_replicas_and_counts_calls(devsta
     assert len(listed) == 4
     assert counts["vertex"] == {"ListCustomJobs": 1}
     assert counts["gcs"].get("GET list") == 1
+
+
+def test_preempt_help_states_the_defaults_devstack_uses(relaunch):
+    from google.rpc import code_pb2
+
+    from devstack.vertex.behaviour import VertexBehaviour
+
+    shown = relaunch("devstack", "preempt", "--help", timeout=60).stdout
+    defaults = VertexBehaviour()
+    assert f"default {defaults.reclaim_grace_seconds:g}," in shown
+    assert f"code {defaults.reclaim_error_code} ({code_pb2.Code.Name(defaults.reclaim_error_code)})" in shown
+    assert f"up to {defaults.reclaim_restarts} times" in shown

@@ -377,6 +377,42 @@ def test_reclaim_error_code_and_text_are_knobs(vertex, client, tmp_path):
     assert (ended.error.code, ended.error.message) == (14, "")
 
 
+@pytest.mark.parametrize(
+    ("code", "text"), [(10, "Job was terminated by the system."), (14, "The VM was preempted.")]
+)
+def test_a_reclaim_can_end_with_any_code_and_text_chosen_per_call(vertex, client, tmp_path, code, text):
+    command, starts, _ = spot_replica(tmp_path)
+    job = create(client, f"spot-{code}", [(1, command)], strategy="SPOT")
+    wait_until(lambda: len(lines(starts)) == 1, 30, "the first start")
+    assert vertex.preempt(job.name, grace_seconds=0, end_job=True, error_code=code, error_text=text)
+    ended = vertex.wait_for_error(job.name, timeout=60)
+    assert (ended.state, ended.error.code, ended.error.message) == (JobState.JOB_STATE_FAILED, code, text)
+    # The choice was this reclaim's only: the next one ends with the behaviour's error again.
+    again = create(client, "spot-default", [(1, command)], strategy="SPOT")
+    wait_until(lambda: len(lines(starts)) == 2, 30, "the second job's start")
+    assert vertex.preempt(again.name, grace_seconds=0, end_job=True)
+    assert vertex.wait_for_error(again.name, timeout=60).error.code == VertexBehaviour().reclaim_error_code
+
+
+def test_out_of_memory_ends_the_whole_job_with_the_documented_text_and_no_restart(vertex, client, tmp_path):
+    command, starts, _ = spot_replica(tmp_path, "big")
+    job = create(client, "oom", [(1, command), (1, command)])
+    wait_until(lambda: len(lines(starts)) == 2, 30, "both replicas started")
+    primary = vertex.replica_pids(job.name)["workerpool0-0"]
+
+    assert vertex.out_of_memory(job.name, "workerpool1-0")
+    ended = vertex.wait_for_error(job.name, timeout=60)
+
+    assert ended.state == JobState.JOB_STATE_FAILED
+    assert ended.error.message == (
+        "The replica workerpool1-0 ran out of memory and exited with a non-zero status of 137."
+    )
+    assert ended.error.code == VertexBehaviour().out_of_memory_error_code
+    assert len(lines(starts)) == 2  # not restarted, although other crashes may be
+    assert not process_alive(primary)
+    assert vertex.out_of_memory(job.name, "workerpool1-0") is False  # nothing left to kill
+
+
 def test_the_job_succeeds_when_the_primary_exits_0_and_the_rest_are_shut_down(vertex, client, tmp_path):
     ready = tmp_path / "worker-ready"
     worker = script(

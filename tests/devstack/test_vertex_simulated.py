@@ -115,6 +115,18 @@ def test_a_reclaim_that_ends_the_job_fails_it_with_the_stockout_error(vertex, cl
     assert "Resources are insufficient" in ended.error.message
 
 
+def test_a_simulated_replica_runs_out_of_memory_like_a_real_one(vertex, client):
+    job = client.create_custom_job(parent=PARENT, custom_job=simulated_job("sim", "forever"))
+    vertex.wait_for_state(job.name, {JobState.JOB_STATE_RUNNING}, timeout=30)
+    wait_until(lambda: vertex.out_of_memory(job.name, "workerpool1-0"), 30, "the replica to run")
+
+    ended = vertex.wait_for_error(job.name, timeout=30)
+    assert ended.state == JobState.JOB_STATE_FAILED
+    assert ended.error.message == (
+        "The replica workerpool1-0 ran out of memory and exited with a non-zero status of 137."
+    )
+
+
 def test_the_stack_wide_simulation_and_a_failing_exit_code(vertex, client):
     vertex.simulate(Simulation(run_seconds=0.0, exit_code=3))
     job = client.create_custom_job(parent=PARENT, custom_job=command_job("all", [(1, NO_SUCH_COMMAND)]))

@@ -40,10 +40,22 @@ _HELP = {
     ),
     "preempt": (
         "reclaim a job's Spot VMs: SIGTERM to its replicas, SIGKILL after the grace",
-        "The job then ends FAILED with code 14, as a preempted Vertex job does. JOB is a\n"
-        "Relaunch jobId (its current attempt) or a Vertex job name.\n\n"
-        "example:\n  relaunch devstack preempt demo-gpt --grace 10\n  relaunch devstack preempt "
-        "projects/relaunch-dev/locations/us-central1/customJobs/3 --grace 10",
+        "As Vertex documents for Spot, the job is then restarted in place (up to 6 times);\n"
+        "after that, or at once with --end-job, it ends FAILED. Google documents neither\n"
+        "the code nor the text of that error: devstack uses code 8 (RESOURCE_EXHAUSTED)\n"
+        "and the stockout text unless --code and --message pick others. JOB is a Relaunch\n"
+        "jobId (its current attempt) or a Vertex job name.\n\n"
+        "example:\n  relaunch devstack preempt demo-gpt --grace 10\n"
+        "  relaunch devstack preempt demo-gpt --grace 0 --end-job --code ABORTED \\\n"
+        '      --message "Job was terminated by the system."\n'
+        "  relaunch devstack preempt projects/relaunch-dev/locations/us-central1/customJobs/3",
+    ),
+    "oom": (
+        "kill one replica as its memory limit would: the job ends out of memory",
+        "The replica gets SIGKILL (status 137) and the job ends FAILED with Vertex's\n"
+        'documented text "The replica R ran out of memory and exited with a non-zero\n'
+        'status of 137." and code 3 (assumed; Google documents no code). No restart.\n\n'
+        "example:\n  relaunch devstack oom demo-gpt --replica workerpool1-0",
     ),
     "stockout": (
         "make new jobs wait for capacity, and optionally fail with a stockout",
@@ -106,10 +118,23 @@ def register(subparsers) -> None:
     preempt.add_argument(
         "--grace",
         type=float,
-        default=30.0,
+        default=None,
         metavar="SECONDS",
-        help="seconds between SIGTERM and SIGKILL (default 30, as on Spot VMs)",
+        help="seconds between SIGTERM and SIGKILL; 0 = SIGKILL with no warning (default 15,"
+        " as GKE gives a pod; Vertex documents no value)",
     )
+    preempt.add_argument(
+        "--end-job", action="store_true", help="end the job at once instead of restarting it in place"
+    )
+    preempt.add_argument(
+        "--code", default=None, help="google.rpc code of the FAILED error, a number or a name (default 8)"
+    )
+    preempt.add_argument(
+        "--message", default=None, help="text of the FAILED error (default: the stockout text)"
+    )
+    oom = verb("oom", _oom)
+    oom.add_argument("job", metavar="JOB", help="a jobId (its current attempt) or a Vertex job name")
+    oom.add_argument("--replica", default="workerpool0-0", help="which replica (default workerpool0-0)")
     stockout = verb("stockout", _stockout)
     stockout.add_argument("--seconds", type=float, default=0.0, help="how long new jobs queue")
     stockout.add_argument("--fail", action="store_true", help="then fail them with code 8")
@@ -326,10 +351,22 @@ def _vertex_name(job: str) -> str:
 
 def _preempt(args) -> int:
     name = _vertex_name(args.job)
-    if _control(args).preempt(name, args.grace):
-        print(f"preempting {name} (grace {args.grace:g}s)", file=sys.stderr)
+    if _control(args).preempt(
+        name, args.grace, end_job=args.end_job or None, code=args.code, message=args.message
+    ):
+        grace = "devstack's default" if args.grace is None else f"{args.grace:g}s"
+        print(f"preempting {name} (grace {grace})", file=sys.stderr)
         return 0
     print(f"relaunch: {name} is not running (already ended or cancelling)", file=sys.stderr)
+    return 1
+
+
+def _oom(args) -> int:
+    name = _vertex_name(args.job)
+    if _control(args).out_of_memory(name, args.replica):
+        print(f"killed {args.replica} of {name} (out of memory)", file=sys.stderr)
+        return 0
+    print(f"relaunch: {name} is not running replica {args.replica} now", file=sys.stderr)
     return 1
 
 
