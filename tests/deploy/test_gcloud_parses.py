@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.deploy.deploy_scripts import dry_run
+from tests.deploy.deploy_scripts import REPO, dry_run
 
 GCLOUD = shutil.which("gcloud")
 NO_CREDENTIALS = "You do not currently have an active account selected"
@@ -44,6 +44,7 @@ def no_credentials_env(config_dir: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CLOUDSDK_", "GOOGLE_"))}
     env.update(
         CLOUDSDK_CONFIG=str(config_dir),  # empty: no account, no credentials
+        CLOUDSDK_CORE_PROJECT="acme-prod",  # as a user's gcloud has one; the docs' commands rely on it
         CLOUDSDK_CORE_CHECK_GCE_METADATA="false",  # not a GCE VM: do not wait for a metadata server
         CLOUDSDK_CORE_DISABLE_USAGE_REPORTING="true",
         CLOUDSDK_COMPONENT_MANAGER_DISABLE_UPDATE_CHECK="true",
@@ -188,3 +189,22 @@ def test_the_gcloud_command_itself_agrees(tmp_path):
     )  # fmt: skip
     assert (good.returncode, NO_CREDENTIALS in good.stderr) == (1, True)
     assert (bad.returncode, "unrecognized arguments" in bad.stderr) == (2, True)
+
+
+def documented_commands() -> list[list[str]]:
+    """The gcloud commands in the bash blocks of the READMEs an operator or user follows."""
+    commands = []
+    for doc in ("README.md", "deploy/README.md", "trainer/README.md"):
+        text = (REPO / doc).read_text()
+        for block in re.findall(r"```bash\n(.*?)```", text, re.S):
+            for line in block.replace("\\\n", " ").splitlines():
+                if line.strip().startswith("gcloud "):
+                    commands.append(shlex.split(line, comments=True)[1:])
+    return commands
+
+
+def test_gcloud_accepts_the_commands_the_docs_tell_people_to_run(tmp_path):
+    commands = documented_commands()
+    assert any(argv[:3] == ["run", "services", "proxy"] for argv in commands)
+    assert any(argv[:2] == ["builds", "submit"] for argv in commands)
+    assert refusals(parse_with_gcloud(commands, tmp_path)) == []
