@@ -35,7 +35,7 @@ def test_every_image_dependency_is_pinned_within_its_declared_range():
         name = re.sub(r"[-_.]+", "-", requirement.name).lower()
         if name not in pinned or not requirement.specifier.contains(pinned[name], prereleases=True):
             outside[requirement.name] = (str(requirement.specifier), str(pinned.get(name)))
-    assert outside == {}
+    assert outside == {}, "constraints.txt is stale: `make constraints` rewrites it from the tested venv"
 
 
 def test_the_dockerfile_holds_every_dependency_install_to_the_constraints():
