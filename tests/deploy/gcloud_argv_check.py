@@ -11,7 +11,8 @@ start-up (about a second) is paid once instead of once per command.
 Usage: PYTHON gcloud_argv_check.py SDK_LIB_DIR RESULT_FILE < commands.json
 stdin: a JSON list of argument lists (without the leading "gcloud").
 RESULT_FILE: a JSON list of {"argv", "status", "stderr"}, one per command, in order (not stdout:
-a command may print there). Status 3: a --format or --filter value gcloud cannot compile.
+a command may print there). Status 3: a --format or --filter value gcloud cannot compile, or a Cloud Build config
+it cannot load.
 """
 
 from __future__ import annotations
@@ -46,6 +47,29 @@ def expression_errors(argv: list[str]) -> str:
     return ""
 
 
+def build_config_errors(argv: list[str]) -> str:
+    """`gcloud builds submit --config FILE` reads FILE only after the credential check: load it
+    here with gcloud's own Cloud Build config loader (unknown fields, bad values) and the
+    command's --substitutions."""
+    if (
+        argv[argv.index("builds") : argv.index("builds") + 2] != ["builds", "submit"]
+        or "--config" not in argv
+    ):
+        return ""
+    from googlecloudsdk.api_lib.cloudbuild import cloudbuild_util, config
+
+    path = argv[argv.index("--config") + 1]
+    substitutions = {}
+    if "--substitutions" in argv:
+        pairs = argv[argv.index("--substitutions") + 1].split(",")
+        substitutions = dict(pair.split("=", 1) for pair in pairs)
+    try:
+        config.LoadCloudbuildConfigFromPath(path, cloudbuild_util.GetMessagesModule(), params=substitutions)
+    except Exception as error:
+        return f"--config {path}: {type(error).__name__}: {error}"
+    return ""
+
+
 def run_one(cli, argv: list[str]) -> tuple[int, str]:
     """Execute one command, its stderr captured at the file-descriptor level (gcloud's log
     handlers hold the original stream)."""
@@ -74,7 +98,7 @@ def main() -> None:
     cli = load_cli(sdk_lib)
     results = []
     for argv in commands:
-        problem = expression_errors(argv)
+        problem = expression_errors(argv) or (build_config_errors(argv) if "builds" in argv else "")
         status, stderr = (3, problem) if problem else run_one(cli, argv)
         results.append({"argv": argv, "status": status, "stderr": stderr})
     with open(result_file, "w") as out:

@@ -138,6 +138,8 @@ def test_the_check_tells_a_malformed_command_from_a_missing_credential(tmp_path)
     """The check can fail: a flag gcloud lacks, a value it cannot parse and a command group that
     does not exist are each refused, while the well-formed command passes."""
     good = ["--project", "acme-prod", "pubsub", "topics", "describe", "relaunch-requests"]
+    bad_build = tmp_path / "cloudbuild.yaml"
+    bad_build.write_text("steps:\n  - name: gcr.io/cloud-builders/docker\n    argz: [build, .]\n")
     results = parse_with_gcloud(
         [
             good,
@@ -169,11 +171,13 @@ def test_the_check_tells_a_malformed_command_from_a_missing_credential(tmp_path)
             ],
             # Output formats are compiled only when there is something to print: checked apart.
             [*good, "--format=value(name"],
+            # So is a build config (read after the credential check): a misspelt field.
+            ["--project", "acme-prod", "builds", "submit", ".", "--config", str(bad_build)],
         ],
         tmp_path,
     )
-    assert [len(refusals([result])) for result in results] == [0, 1, 1, 1, 1, 1, 1]
-    assert [result["status"] for result in results[1:]] == [2, 2, 2, 2, 2, 3]
+    assert [len(refusals([result])) for result in results] == [0, 1, 1, 1, 1, 1, 1, 1]
+    assert [result["status"] for result in results[1:]] == [2, 2, 2, 2, 2, 3, 3]
 
 
 def test_the_gcloud_command_itself_agrees(tmp_path):
