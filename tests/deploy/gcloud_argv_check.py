@@ -12,7 +12,7 @@ Usage: PYTHON gcloud_argv_check.py SDK_LIB_DIR RESULT_FILE < commands.json
 stdin: a JSON list of argument lists (without the leading "gcloud").
 RESULT_FILE: a JSON list of {"argv", "status", "stderr"}, one per command, in order (not stdout:
 a command may print there). Status 3: a --format or --filter value gcloud cannot compile, or a Cloud Build config
-it cannot load.
+or alert policy file it cannot load.
 """
 
 from __future__ import annotations
@@ -70,6 +70,25 @@ def build_config_errors(argv: list[str]) -> str:
     return ""
 
 
+def policy_file_errors(argv: list[str]) -> str:
+    """`monitoring policies create --policy-from-file FILE` converts FILE only after the
+    credential check: hold it to the AlertPolicy message of gcloud's bundled Monitoring API
+    (unknown fields, wrong types), as `run services replace` does with its file."""
+    if "--policy-from-file" not in argv:
+        return ""
+    from googlecloudsdk.api_lib.util import apis
+    from googlecloudsdk.api_lib.util import messages as messages_util
+    from googlecloudsdk.core import yaml
+
+    path = argv[argv.index("--policy-from-file") + 1]
+    try:
+        policy_class = apis.GetMessagesModule("monitoring", "v3").AlertPolicy
+        messages_util.DictToMessageWithErrorCheck(yaml.load_path(path), policy_class)
+    except Exception as error:
+        return f"--policy-from-file {path}: {type(error).__name__}: {error}"
+    return ""
+
+
 def run_one(cli, argv: list[str]) -> tuple[int, str]:
     """Execute one command, its stderr captured at the file-descriptor level (gcloud's log
     handlers hold the original stream)."""
@@ -98,7 +117,11 @@ def main() -> None:
     cli = load_cli(sdk_lib)
     results = []
     for argv in commands:
-        problem = expression_errors(argv) or (build_config_errors(argv) if "builds" in argv else "")
+        problem = (
+            expression_errors(argv)
+            or (build_config_errors(argv) if "builds" in argv else "")
+            or policy_file_errors(argv)
+        )
         status, stderr = (3, problem) if problem else run_one(cli, argv)
         results.append({"argv": argv, "status": status, "stderr": stderr})
     with open(result_file, "w") as out:

@@ -140,6 +140,12 @@ def test_the_check_tells_a_malformed_command_from_a_missing_credential(tmp_path)
     good = ["--project", "acme-prod", "pubsub", "topics", "describe", "relaunch-requests"]
     bad_build = tmp_path / "cloudbuild.yaml"
     bad_build.write_text("steps:\n  - name: gcr.io/cloud-builders/docker\n    argz: [build, .]\n")
+    bad_policy = tmp_path / "policy.yaml"
+    bad_policy.write_text('displayName: "x"\ncombinerz: OR\n')
+    bad_service = tmp_path / "service.yaml"
+    bad_service.write_text(
+        "apiVersion: serving.knative.dev/v1\nkind: Service\nmetadata: {name: s}\nspec: {templatez: {}}\n"
+    )
     results = parse_with_gcloud(
         [
             good,
@@ -173,11 +179,15 @@ def test_the_check_tells_a_malformed_command_from_a_missing_credential(tmp_path)
             [*good, "--format=value(name"],
             # So is a build config (read after the credential check): a misspelt field.
             ["--project", "acme-prod", "builds", "submit", ".", "--config", str(bad_build)],
+            # And an alert policy file: a field AlertPolicy does not have.
+            ["--project", "acme-prod", "alpha", "monitoring", "policies", "create", "--policy-from-file", str(bad_policy)],
+            # gcloud itself converts a service file before it needs credentials (exit 1).
+            ["--project", "acme-prod", "run", "services", "replace", str(bad_service), "--region", "us-central1"],
         ],
         tmp_path,
-    )
-    assert [len(refusals([result])) for result in results] == [0, 1, 1, 1, 1, 1, 1, 1]
-    assert [result["status"] for result in results[1:]] == [2, 2, 2, 2, 2, 3, 3]
+    )  # fmt: skip
+    assert [len(refusals([result])) for result in results] == [0, 1, 1, 1, 1, 1, 1, 1, 1, 1]
+    assert [result["status"] for result in results[1:]] == [2, 2, 2, 2, 2, 3, 3, 3, 1]
 
 
 def test_the_gcloud_command_itself_agrees(tmp_path):
