@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test check clean browser
+.PHONY: venv demo test check clean browser constraints
 
 venv: $(STAMP)
 
@@ -34,6 +34,11 @@ check: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+	$(BIN)/hadolint Dockerfile
+
+# The versions the images install (Dockerfile, pip --constraint): the ones this venv tests with.
+constraints: $(STAMP)
+	$(BIN)/python -m pip freeze --exclude-editable | sed -e 's/+cpu$$//' > constraints.txt
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -1,87 +1,76 @@
 #!/usr/bin/env bash
-# Create Relaunch's Google Cloud resources (see deploy/README.md).
+# Create everything Relaunch needs in a Google Cloud project, from an empty one to the running
+# controller (deploy/README.md walks through it).
 #
-#   deploy/setup.sh [--dry-run] [--update-service] PROJECT REGION [IMAGE]
+#   deploy/setup.sh [--dry-run] [--out DIR] [--update-service] PROJECT REGION
+#   deploy/setup.sh --help
+#
+#   --dry-run         print every command, change nothing; "exists?" is answered by a fake-state
+#                     file (DIR/fake-state unless RELAUNCH_DEPLOY_FAKE_STATE names one), and what
+#                     the run would create is added to it: a second dry run shows what a re-run does
+#   --out DIR         where the rendered files go (Cloud Run service, alert policies, the
+#                     permission request); kept, so printed commands can be pasted.
+#                     Default: ${TMPDIR:-/tmp}/relaunch-deploy-PROJECT
+#   --update-service  replace an existing Cloud Run service with the rendered one (new image, env)
 #
 # Settings (environment):
-#   RELAUNCH_CHECKPOINT_BUCKETS  comma-separated checkpoint buckets (names, no gs://): the controller
-#                                gets read access, the trainer's service account write access
-#   RELAUNCH_ALERT_EMAIL         e-mail address alert policies notify (a notification channel)
-#   RELAUNCH_ALERT_WEBHOOK_URL   webhook URL alert policies notify (a notification channel)
-#   RELAUNCH_DEPLOY_FAKE_STATE   dry-run only: a file listing resources that "exist", one id a line;
-#                                what a dry run would create is appended, so a second dry run
-#                                shows what a re-run does (nothing)
+#   RELAUNCH_SUBMITTERS           comma-separated members who submit jobs, e.g.
+#                                 group:ml-team@example.com,user:ann@example.com: publisher on the
+#                                 requests topic, object viewer on the state bucket, invoker of the
+#                                 service (status page and /v1/jobs)
+#   RELAUNCH_SUBMITTERS_READ_LOGS true: also roles/logging.viewer on the project (`relaunch logs`)
+#   RELAUNCH_CHECKPOINT_BUCKETS   comma-separated checkpoint buckets (names, no gs://): the controller
+#                                 reads them, relaunch-trainer writes them
+#   RELAUNCH_TRAINER_SERVICE_ACCOUNTS  comma-separated service-account emails that job specs name
+#                                 (jobSpec.serviceAccount) besides relaunch-trainer: the controller
+#                                 may act as each
+#   RELAUNCH_IMAGE_TAG            tag of both images (default: the checkout's git commit)
+#   RELAUNCH_INGRESS              Cloud Run ingress: all (default) or internal (see deploy/README.md)
+#   RELAUNCH_ALERT_EMAIL          e-mail address the alert policies notify
+#   RELAUNCH_ALERT_WEBHOOK_URL    webhook URL the alert policies notify
 #
-# Idempotent: every resource is looked up first (describe / list by name) and created only when
-# missing; an IAM binding is added only when absent. Any other failure stops the script at once.
-set -euo pipefail
+# Idempotent: every resource is looked up first and created only when missing; an IAM binding is
+# added only when absent. Any other failure stops the script at once. It starts by checking that
+# you hold every permission it needs, and names each one you lack.
 
-DRY_RUN=0
+set -euo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=deploy/lib.sh
+. "$HERE/lib.sh"
+
 UPDATE_SERVICE=0
-while [[ $# -gt 0 && $1 == --* ]]; do
+POSITIONAL=()
+while [[ $# -gt 0 ]]; do
   case $1 in
+    -h | --help) usage_from "$0"; exit 0 ;;
     --dry-run) DRY_RUN=1 ;;
     --update-service) UPDATE_SERVICE=1 ;;
-    *) echo "unknown option $1" >&2; exit 2 ;;
+    --out)
+      [[ $# -ge 2 ]] || fail_usage "$0" "--out needs a directory"
+      OUT=$2
+      shift
+      ;;
+    --out=*) OUT=${1#--out=} ;;
+    -*) fail_usage "$0" "unknown option $1" ;;
+    *) POSITIONAL+=("$1") ;;
   esac
   shift
 done
-PROJECT=${1:?usage: setup.sh [--dry-run] [--update-service] PROJECT REGION [IMAGE]}
-REGION=${2:?usage: setup.sh [--dry-run] [--update-service] PROJECT REGION [IMAGE]}
-IMAGE=${3:-$REGION-docker.pkg.dev/$PROJECT/relaunch/controller:latest}
-HERE=$(cd "$(dirname "$0")" && pwd)
-FAKE_STATE=${RELAUNCH_DEPLOY_FAKE_STATE:-}
-STATE_BUCKET=gs://$PROJECT-relaunch-state
-CTL=relaunch-controller@$PROJECT.iam.gserviceaccount.com
-PUSH=relaunch-push@$PROJECT.iam.gserviceaccount.com
-TRAINER=relaunch-trainer@$PROJECT.iam.gserviceaccount.com
-CREATED=0
-
-WORK=$(mktemp -d)
-trap 'rm -rf "$WORK"' EXIT
-
-# show CMD...: the command as it runs, quoted so it can be pasted (g expanded to gcloud).
-show() {
-  local prefix=$1
-  shift
-  if [[ $1 == g ]]; then
-    set -- gcloud --project "$PROJECT" --quiet "${@:2}"
-  fi
-  echo "$prefix $(printf '%q ' "$@")"
-}
-
-# --- the three primitives -----------------------------------------------------------------
-# run CMD...: a command that changes something. Printed; executed unless --dry-run.
-run() {
-  show + "$@"
-  CREATED=$((CREATED + 1))
-  if [[ $DRY_RUN == 1 ]]; then
-    return 0
-  fi
-  "$@"
-}
-
-# exists ID CMD...: whether a resource exists; CMD is a read-only describe/list that succeeds
-# (and prints something) only when it does. In a dry run the fake-state file decides.
-exists() {
-  local id=$1
-  shift
-  show "? [$id]" "$@"
-  if [[ $DRY_RUN == 1 ]]; then
-    [[ -n $FAKE_STATE && -f $FAKE_STATE ]] && grep -qxF -- "$id" "$FAKE_STATE"
-    return
-  fi
-  local out
-  if ! out=$("$@" 2>"$WORK/err"); then
-    if grep -qiE 'not found|NOT_FOUND|does not exist|404' "$WORK/err"; then
-      return 1
-    fi
-    cat "$WORK/err" >&2
-    echo "setup.sh: cannot tell whether $id exists; stopping" >&2
-    exit 1
-  fi
-  [[ -n $out ]]
-}
+if [[ ${#POSITIONAL[@]} -ne 2 ]]; then
+  fail_usage "$0" "expected PROJECT and REGION, got ${#POSITIONAL[@]} argument(s)"
+fi
+INGRESS=${RELAUNCH_INGRESS:-all}
+case $INGRESS in
+  all | internal | internal-and-cloud-load-balancing) ;;
+  *) fail_usage "$0" "RELAUNCH_INGRESS must be all, internal or internal-and-cloud-load-balancing, not '$INGRESS'" ;;
+esac
+setup_names "${POSITIONAL[0]}" "${POSITIONAL[1]}"
+REPO_ROOT=$(cd "$HERE/.." && pwd)
+TAG=${RELAUNCH_IMAGE_TAG:-$(git -C "$REPO_ROOT" rev-parse --short=12 HEAD 2>/dev/null || echo latest)}
+CONTROLLER_IMAGE=$REGISTRY/controller:$TAG
+TRAINER_IMAGE=$REGISTRY/trainer:$TAG
+echo "rendered files: $OUT"
+[[ $DRY_RUN == 0 ]] || echo "fake state: $FAKE_STATE (empty = a fresh project)"
 
 # ensure ID DESCRIBE... -- CREATE...: create the resource unless it exists.
 ensure() {
@@ -97,42 +86,75 @@ ensure() {
     echo "= exists: $id"
   else
     run "$@"
-    if [[ $DRY_RUN == 1 && -n $FAKE_STATE ]]; then
-      echo "$id" >>"$FAKE_STATE"
-    fi
+    fake_add "$id"
   fi
 }
 
-g() { gcloud --project "$PROJECT" --quiet "$@"; }
-
-# binding KIND TARGET MEMBER ROLE [EXTRA...]: add an IAM binding unless present.
-# KIND is a gcloud group whose get-iam-policy / add-iam-policy-binding take TARGET.
+# binding KIND TARGET MEMBER ROLE [WHERE...]: add an IAM binding unless present.
+# KIND is a gcloud group whose get-iam-policy / add-iam-policy-binding take TARGET (and WHERE,
+# e.g. --region R).
 binding() {
   local kind=$1 target=$2 member=$3 role=$4
   shift 4
+  local -a group condition=()
   read -r -a group <<<"$kind"
-  ensure "binding:$kind:$target:$member:$role" \
-    g "${group[@]}" get-iam-policy "$target" "$@" --flatten='bindings[].members' \
-    --filter="bindings.role=$role AND bindings.members=$member" --format='value(bindings.role)' \
-    -- g "${group[@]}" add-iam-policy-binding "$target" "$@" --member "$member" --role "$role"
+  # A project binding names its (absent) IAM condition, or gcloud asks which one is meant.
+  if [[ $kind == projects ]]; then condition=(--condition=None); fi
+  ensure "binding:$kind:$target:$member:$role" --want "$role $member" \
+    g "${group[@]}" get-iam-policy "$target" "$@" "${BINDING_LOOKUP[@]}" \
+    -- g "${group[@]}" add-iam-policy-binding "$target" "$@" --member "$member" --role "$role" \
+    "${condition[@]}"
 }
 
-# --- the project ------------------------------------------------------------------------------
+# --- 1. who runs this, and the project --------------------------------------------------------
+check_permissions setup
 if [[ $DRY_RUN == 1 ]]; then
   PROJECT_NUMBER=000000000000
 else
   PROJECT_NUMBER=$(g projects describe "$PROJECT" --format='value(projectNumber)')
 fi
+
+# --- 2. APIs (a fresh project has none of these enabled) ---------------------------------------
+for api in "${APIS[@]}"; do
+  ensure "api:$api" g services list --enabled --filter="config.name=$api" --format='value(config.name)' \
+    -- g services enable "$api"
+done
+# Enabling Pub/Sub creates its service agent, which dead-lettering needs.
 PUBSUB_AGENT=service-$PROJECT_NUMBER@gcp-sa-pubsub.iam.gserviceaccount.com
 
-for sa in relaunch-controller relaunch-push relaunch-trainer; do
+# --- 3. identities, storage, the image repository ----------------------------------------------
+for sa in "${SERVICE_ACCOUNTS[@]}"; do
   ensure "sa:$sa" g iam service-accounts describe "$sa@$PROJECT.iam.gserviceaccount.com" --format='value(email)' \
     -- g iam service-accounts create "$sa" --display-name "$sa"
 done
-ensure "bucket:$STATE_BUCKET" g storage buckets describe "$STATE_BUCKET" --format='value(name)' \
-  -- g storage buckets create "$STATE_BUCKET" --location "$REGION" --uniform-bucket-level-access
+for bucket in "$STATE_BUCKET" "$BUILD_BUCKET"; do
+  ensure "bucket:$bucket" g storage buckets describe "$bucket" --format='value(name)' \
+    -- g storage buckets create "$bucket" --location "$REGION" --uniform-bucket-level-access \
+    --public-access-prevention
+done
+ensure "repository:$REPOSITORY" g artifacts repositories describe "$REPOSITORY" --location "$REGION" --format='value(name)' \
+  -- g artifacts repositories create "$REPOSITORY" --repository-format docker --location "$REGION" \
+  --description "Relaunch controller and trainer images"
 
-for topic in relaunch-requests vertex-job-events relaunch-alerts relaunch-dead-letter; do
+# --- 4. both images, built by Cloud Build from this checkout ------------------------------------
+# A dedicated build identity: it reads the uploaded source, pushes to the repository, writes logs.
+binding "storage buckets" "$BUILD_BUCKET" "serviceAccount:$BUILDER" roles/storage.objectViewer
+binding "artifacts repositories" "$REPOSITORY" "serviceAccount:$BUILDER" roles/artifactregistry.writer --location "$REGION"
+binding projects "$PROJECT" "serviceAccount:$BUILDER" roles/logging.logWriter
+if exists "image:trainer:$TAG" g artifacts docker images describe "$TRAINER_IMAGE" --format='value(image_summary.digest)' &&
+  exists "image:controller:$TAG" g artifacts docker images describe "$CONTROLLER_IMAGE" --format='value(image_summary.digest)'; then
+  echo "= exists: images $TAG"
+else
+  run g builds submit "$REPO_ROOT" --config "$HERE/cloudbuild.yaml" --region "$REGION" \
+    --service-account "projects/$PROJECT/serviceAccounts/$BUILDER" \
+    --gcs-source-staging-dir "$BUILD_BUCKET/source" \
+    --substitutions "_CONTROLLER_IMAGE=$CONTROLLER_IMAGE,_TRAINER_IMAGE=$TRAINER_IMAGE"
+  fake_add "image:trainer:$TAG"
+  fake_add "image:controller:$TAG"
+fi
+
+# --- 5. topics and subscriptions -----------------------------------------------------------------
+for topic in "${TOPICS[@]}"; do
   ensure "topic:$topic" g pubsub topics describe "$topic" --format='value(name)' \
     -- g pubsub topics create "$topic"
 done
@@ -141,7 +163,7 @@ done
 # controller acks every request it can record, so a request fails only when the controller
 # holding it dies, and one crash costs every message in flight a delivery. A log entry is only a
 # hint (the reconcile pass is the safety net): 5.
-for triple in relaunch-requests-controller:relaunch-requests:100 vertex-job-events-controller:vertex-job-events:5; do
+for triple in "${CONTROLLER_SUBSCRIPTIONS[@]}"; do
   sub=${triple%%:*} rest=${triple#*:} topic=${rest%%:*} attempts=${triple##*:}
   ensure "sub:$sub" g pubsub subscriptions describe "$sub" --format='value(name)' \
     -- g pubsub subscriptions create "$sub" --topic "$topic" --ack-deadline 60 \
@@ -151,35 +173,37 @@ for triple in relaunch-requests-controller:relaunch-requests:100 vertex-job-even
   binding "pubsub subscriptions" "$sub" "serviceAccount:$PUBSUB_AGENT" roles/pubsub.subscriber
 done
 # An unattached dead-letter topic would drop what it receives: keep a subscription on it.
-ensure "sub:relaunch-dead-letter-inspect" g pubsub subscriptions describe relaunch-dead-letter-inspect --format='value(name)' \
-  -- g pubsub subscriptions create relaunch-dead-letter-inspect --topic relaunch-dead-letter \
+ensure "sub:$DEAD_LETTER_INSPECT" g pubsub subscriptions describe "$DEAD_LETTER_INSPECT" --format='value(name)' \
+  -- g pubsub subscriptions create "$DEAD_LETTER_INSPECT" --topic relaunch-dead-letter \
   --message-retention-duration 7d
 binding "pubsub topics" relaunch-dead-letter "serviceAccount:$PUBSUB_AGENT" roles/pubsub.publisher
 
-# Vertex job service messages -> Pub/Sub, as LogEntry JSON.
-ensure "sink:relaunch-vertex-jobs" g logging sinks describe relaunch-vertex-jobs --format='value(name)' \
-  -- g logging sinks create relaunch-vertex-jobs "pubsub.googleapis.com/projects/$PROJECT/topics/vertex-job-events" \
+# --- 6. Vertex job service messages -> Pub/Sub, as LogEntry JSON ---------------------------------
+ensure "sink:$SINK" g logging sinks describe "$SINK" --format='value(name)' \
+  -- g logging sinks create "$SINK" "pubsub.googleapis.com/projects/$PROJECT/topics/vertex-job-events" \
   --log-filter 'resource.type="ml_job" AND resource.labels.task_name="service"'
 if [[ $DRY_RUN == 1 ]]; then
   WRITER="serviceAccount:sink-writer@example.iam.gserviceaccount.com"
 else
-  WRITER=$(g logging sinks describe relaunch-vertex-jobs --format='value(writerIdentity)')
+  WRITER=$(g logging sinks describe "$SINK" --format='value(writerIdentity)')
 fi
 binding "pubsub topics" vertex-job-events "$WRITER" roles/pubsub.publisher
 
-for role in roles/aiplatform.user roles/pubsub.subscriber roles/pubsub.publisher roles/logging.logWriter roles/monitoring.metricWriter; do
-  binding projects "$PROJECT" "serviceAccount:$CTL" "$role" --condition=None
+# --- 7. what the controller may do ---------------------------------------------------------------
+for role in "${CONTROLLER_PROJECT_ROLES[@]}"; do
+  binding projects "$PROJECT" "serviceAccount:$CTL" "$role"
 done
 binding "storage buckets" "$STATE_BUCKET" "serviceAccount:$CTL" roles/storage.objectAdmin
-binding "iam service-accounts" "$TRAINER" "serviceAccount:$CTL" roles/iam.serviceAccountUser
-
+# Creating a CustomJob that runs as a service account needs iam.serviceAccounts.actAs on it.
+mapfile -t EXTRA_TRAINERS < <(split_list "${RELAUNCH_TRAINER_SERVICE_ACCOUNTS:-}")
+for account in "$TRAINER" "${EXTRA_TRAINERS[@]}"; do
+  binding "iam service-accounts" "$account" "serviceAccount:$CTL" roles/iam.serviceAccountUser
+done
 # Checkpoint buckets: the controller reads checkpoints and exit records to decide where to resume;
 # the trainer writes them.
-IFS=',' read -r -a CHECKPOINT_BUCKETS <<<"${RELAUNCH_CHECKPOINT_BUCKETS:-}"
+mapfile -t CHECKPOINT_BUCKETS < <(split_list "${RELAUNCH_CHECKPOINT_BUCKETS:-}")
 for bucket in "${CHECKPOINT_BUCKETS[@]}"; do
-  bucket=${bucket// /}
   bucket=${bucket#gs://}
-  [[ -n $bucket ]] || continue
   binding "storage buckets" "gs://$bucket" "serviceAccount:$CTL" roles/storage.objectViewer
   binding "storage buckets" "gs://$bucket" "serviceAccount:$TRAINER" roles/storage.objectAdmin
 done
@@ -187,35 +211,57 @@ if [[ ${#CHECKPOINT_BUCKETS[@]} -eq 0 ]]; then
   echo "warning: RELAUNCH_CHECKPOINT_BUCKETS is empty: the controller cannot read any checkpoint bucket" >&2
 fi
 
-# --- the controller service -----------------------------------------------------------------
-sed -e "s|PROJECT|$PROJECT|g" -e "s|REGION|$REGION|g" -e "s|IMAGE|$IMAGE|g" \
-  -e "s|CHECKPOINT_BUCKETS_VALUE|${RELAUNCH_CHECKPOINT_BUCKETS:-}|g" "$HERE/cloudrun.yaml" >"$WORK/cloudrun.yaml"
-if exists "service:relaunch-controller" g run services describe relaunch-controller --region "$REGION" --format='value(metadata.name)'; then
-  echo "= exists: service:relaunch-controller"
+# --- 8. the controller service ---------------------------------------------------------------------
+BUCKET_NAMES=$(printf '%s,' "${CHECKPOINT_BUCKETS[@]#gs://}")
+sed -e "s|PROJECT|$PROJECT|g" -e "s|REGION|$REGION|g" -e "s|IMAGE|$CONTROLLER_IMAGE|g" \
+  -e "s|INGRESS_SETTING|$INGRESS|g" -e "s|CHECKPOINT_BUCKETS_VALUE|${BUCKET_NAMES%,}|g" \
+  "$HERE/cloudrun.yaml" >"$OUT/cloudrun.yaml"
+if exists "service:$SERVICE" g run services describe "$SERVICE" --region "$REGION" --format='value(metadata.name)'; then
+  echo "= exists: service:$SERVICE"
   if [[ $UPDATE_SERVICE == 1 ]]; then
-    run g run services replace "$WORK/cloudrun.yaml" --region "$REGION"
+    run g run services replace "$OUT/cloudrun.yaml" --region "$REGION"
   fi
 else
-  run g run services replace "$WORK/cloudrun.yaml" --region "$REGION"
-  if [[ $DRY_RUN == 1 && -n $FAKE_STATE ]]; then echo "service:relaunch-controller" >>"$FAKE_STATE"; fi
+  run g run services replace "$OUT/cloudrun.yaml" --region "$REGION"
+  fake_add "service:$SERVICE"
 fi
-binding "run services" relaunch-controller "serviceAccount:$PUSH" roles/run.invoker --region "$REGION"
+# Pub/Sub push (when enabled, deploy/README.md) authenticates as relaunch-push.
+binding "run services" "$SERVICE" "serviceAccount:$PUSH" roles/run.invoker --region "$REGION"
 
-# --- paging -----------------------------------------------------------------------------------
+# --- 9. the people who submit jobs -------------------------------------------------------------------
+mapfile -t SUBMITTERS < <(split_list "${RELAUNCH_SUBMITTERS:-}")
+for member in "${SUBMITTERS[@]}"; do
+  if [[ ! $member =~ ^(user|group|serviceAccount|domain):.+ ]]; then
+    echo "RELAUNCH_SUBMITTERS: '$member' is not a member (user:EMAIL, group:EMAIL, serviceAccount:EMAIL or domain:DOMAIN)" >&2
+    exit 2
+  fi
+  binding "pubsub topics" relaunch-requests "$member" roles/pubsub.publisher
+  binding "storage buckets" "$STATE_BUCKET" "$member" roles/storage.objectViewer
+  binding "run services" "$SERVICE" "$member" roles/run.invoker --region "$REGION"
+  if [[ ${RELAUNCH_SUBMITTERS_READ_LOGS:-false} == true ]]; then
+    binding projects "$PROJECT" "$member" roles/logging.viewer
+  fi
+done
+if [[ ${#SUBMITTERS[@]} -eq 0 ]]; then
+  echo "warning: RELAUNCH_SUBMITTERS is empty: only project owners can submit jobs" >&2
+fi
+
+# --- 10. paging ----------------------------------------------------------------------------------------
 CHANNELS=()
 channel() {
   local name=$1 type=$2 label=$3
   local id="channel:$name"
-  if ! exists "$id" g beta monitoring channels list --filter="displayName=\"$name\"" --format='value(name)'; then
-    run g beta monitoring channels create --display-name "$name" --type "$type" --channel-labels "$label"
-    if [[ $DRY_RUN == 1 && -n $FAKE_STATE ]]; then echo "$id" >>"$FAKE_STATE"; fi
-  else
+  local -a lookup=(g beta monitoring channels list --filter="displayName=\"$name\"" --format='value(name)')
+  if exists "$id" "${lookup[@]}"; then
     echo "= exists: $id"
+  else
+    run g beta monitoring channels create --display-name "$name" --type "$type" --channel-labels "$label"
+    fake_add "$id"
   fi
   if [[ $DRY_RUN == 1 ]]; then
     CHANNELS+=("projects/$PROJECT/notificationChannels/${type}-channel")
   else
-    CHANNELS+=("$(g beta monitoring channels list --filter="displayName=\"$name\"" --format='value(name)' | head -n1)")
+    CHANNELS+=("$("${lookup[@]}" | head -n1)")
   fi
 }
 if [[ -n ${RELAUNCH_ALERT_EMAIL:-} ]]; then
@@ -231,8 +277,9 @@ CHANNEL_LIST=$(IFS=','; echo "${CHANNELS[*]}")
 
 # alert-policies.yaml holds one policy per YAML document; gcloud takes one per file. A policy is
 # found by its display name, so a re-run never duplicates it.
-csplit -s -z -f "$WORK/policy-" "$HERE/alert-policies.yaml" '/^---$/' '{*}'
-for policy in "$WORK"/policy-*; do
+rm -f "$OUT"/policy-*
+csplit -s -z -f "$OUT/policy-" -b '%02d.yaml' "$HERE/alert-policies.yaml" '/^---$/' '{*}'
+for policy in "$OUT"/policy-*.yaml; do
   name=$(sed -n 's/^displayName: "\(.*\)"$/\1/p' "$policy" | head -n1)
   [[ -n $name ]] || { echo "setup.sh: no displayName in $policy" >&2; exit 1; }
   args=(--policy-from-file "$policy")
@@ -241,10 +288,10 @@ for policy in "$WORK"/policy-*; do
     -- g alpha monitoring policies create "${args[@]}"
 done
 
-if [[ $CREATED == 0 ]]; then
+if [[ $CHANGES == 0 ]]; then
   echo "nothing to do: every resource exists"
 elif [[ $DRY_RUN == 1 ]]; then
-  echo "dry run: $CREATED change(s) shown above, none made"
+  echo "dry run: $CHANGES change(s) shown above, none made"
 else
-  echo "done: $CREATED change(s). Set serviceAccount: $TRAINER in job specs."
+  echo "done: $CHANGES change(s). Set serviceAccount: $TRAINER and imageUri: $TRAINER_IMAGE (or an image built on it) in job specs."
 fi
