@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from controller.request import CancelRequest, JobRequest, RequestInvalid, parse_request
 from controller.request.nesting import nesting_depth
+from controller.request.problems import MAX_FIELD_CHARS, MAX_REASON_CHARS
 from tests.support.hostile import (
     CONFUSED_VALUES,
     FRAGMENTS,
@@ -41,6 +42,7 @@ def assert_request_or_reasons(raw) -> None:
             assert isinstance(problem.field, str) and problem.field
             assert isinstance(problem.reason, str) and problem.reason
             assert "internal error" not in problem.reason, f"unmapped failure: {problem}"
+            assert len(problem.field) <= MAX_FIELD_CHARS and len(problem.reason) <= MAX_REASON_CHARS
             # The reason is stored, logged and sent as a Pub/Sub attribute: it must be text.
             str(problem).encode("utf-8")
     else:
@@ -179,3 +181,15 @@ def test_a_megabyte_of_escaped_quotes_in_an_unclosed_string_is_refused():
     raw = b'{"jobId": "' + b'\\"' * 500_000
     assert "invalid JSON" in _reasons(raw)["request"]
     assert nesting_depth(raw) == 1
+
+
+def test_a_field_or_reason_quoting_a_huge_key_is_cut_short():
+    """A 300,000-character key, duplicated or unknown, used to come back whole in the reason or
+    the field path, and so in the stored record, the log line and the alert."""
+    key = "k" * 300_000
+    document = demo_document()
+    for raw in (f'{{"{key}": 1, "{key}": 2}}', json.dumps({**document, key: 1})):
+        with pytest.raises(RequestInvalid) as caught:
+            parse_request(raw)
+        for problem in caught.value.problems:
+            assert len(str(problem)) < 700 and "(300" in str(problem)
