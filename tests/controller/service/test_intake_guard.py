@@ -18,6 +18,7 @@ from controller.adapters.checkpoints import CheckpointProbe
 from controller.adapters.vertex import VertexBackend
 from controller.service.alerts import AlertSink
 from controller.service.engine import Dependencies, Engine
+from controller.service.http import decode_push_envelope
 from controller.service.intake import Intake
 from controller.service.intake_guard import MAX_ATTEMPTS, Delivery, IntakeGuard, RetryLater
 from controller.service.metrics import Metrics
@@ -161,3 +162,20 @@ def test_the_remembered_failures_are_bounded_and_the_oldest_go_first(parts):
             small.accept(request(POISON), {}, Delivery(message_id, None))
     assert small.accept(request(POISON), {}, Delivery("m-0", None)).status == "internal"
     assert len(dead_letters) == 1
+
+
+@pytest.mark.parametrize(
+    ("extra", "attempt"),
+    [
+        ({"deliveryAttempt": 7}, 7),
+        ({}, None),
+        ({"deliveryAttempt": "7"}, None),
+        ({"deliveryAttempt": True}, None),
+    ],
+)
+def test_a_push_envelope_gives_the_guard_its_message_id_and_delivery_attempt(extra, attempt):
+    """Push carries `deliveryAttempt` only with a dead-letter policy (and Google's emulator omits
+    it even then): absent or malformed, the guard's own count decides."""
+    envelope = {"message": {"data": "e30=", "messageId": "42"}, "subscription": "s", **extra}
+    _, _, delivery = decode_push_envelope(json.dumps(envelope).encode())
+    assert delivery == Delivery("42", attempt)
