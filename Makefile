@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test check clean browser constraints
+.PHONY: venv demo test test-fast check clean browser constraints
 
 venv: $(STAMP)
 
@@ -28,6 +28,11 @@ browser:
 # The mechanical checks run first: lint, format, types, import contracts. Then every test.
 test: $(STAMP) check browser
 	$(BIN)/python -m pytest
+
+# The fast lane: the mechanical checks, then every test that neither starts devstack nor is marked
+# slow (pure logic, parsers, the property tests over hostile input).
+test-fast: $(STAMP) check
+	$(BIN)/python -m pytest -m "not slow and not devstack"
 
 check: $(STAMP)
 	$(BIN)/ruff check .

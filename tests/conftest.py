@@ -13,6 +13,14 @@ pytest_plugins = ["pytester", "tests.support.pubsub_backends"]
 PROJECT = "relaunch-dev"
 
 
+def pytest_collection_modifyitems(config, items):
+    """Mark `devstack` every test that starts devstack (through the `devstack` or `pubsub_backend`
+    fixture, directly or through another fixture), so `make test-fast` can leave them out."""
+    for item in items:
+        if {"devstack", "pubsub_backend"} & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.devstack)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def private_cli_config(tmp_path_factory):
     """`relaunch` reads and writes a config directory (`relaunch config`, `devstack up`): the

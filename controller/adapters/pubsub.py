@@ -7,11 +7,14 @@ talk to devstack instead of Google.
 from __future__ import annotations
 
 import json
+import os
 
+import grpc
 from google.api_core import exceptions as gexc
 from google.api_core.retry import Retry
 from google.cloud import pubsub_v1
 from google.protobuf import duration_pb2
+from google.pubsub_v1.services.subscriber.transports import SubscriberGrpcTransport
 from google.pubsub_v1.types import DeadLetterPolicy, RetryPolicy
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
 
@@ -60,6 +63,26 @@ class TopicPublisher:
                 )
                 return future.result(timeout=self.timeout + 5)
         raise AssertionError("unreachable")  # pragma: no cover
+
+
+# No client-side size limit, as the library sets on its channel to Google (the server enforces
+# Pub/Sub's own: 10 MB a message, https://cloud.google.com/pubsub/quotas#resource_limits).
+_UNBOUNDED_MESSAGES = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]
+
+
+def subscriber_client() -> pubsub_v1.SubscriberClient:
+    """The SubscriberClient the controller pulls with, able to receive any message Pub/Sub takes.
+
+    Against Google the stock client already is. With PUBSUB_EMULATOR_HOST set, google-cloud-pubsub
+    opens a plain insecure channel that keeps gRPC's default 4 MiB receive limit, so a larger
+    message (Pub/Sub takes up to 10 MB) would fail the stream at every redelivery and hold back
+    every message behind it. Here the emulator's channel gets the same unbounded sizes.
+    """
+    emulator = os.environ.get("PUBSUB_EMULATOR_HOST")
+    if not emulator:
+        return pubsub_v1.SubscriberClient()
+    channel = grpc.insecure_channel(emulator, options=_UNBOUNDED_MESSAGES)
+    return pubsub_v1.SubscriberClient(transport=SubscriberGrpcTransport(channel=channel))
 
 
 REQUEST_DELIVERY_ATTEMPTS = 100

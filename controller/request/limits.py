@@ -5,6 +5,9 @@ from __future__ import annotations
 import re
 
 MAX_REQUEST_BYTES = 1024 * 1024
+# Python's int-conversion limit (sys.get_int_max_str_digits' default): a longer integer can be
+# neither read from nor written as decimal text, so a request never holds one.
+MAX_NUMBER_DIGITS = 4300
 MAX_DISPLAY_NAME_LENGTH = 100  # leaves room for " [attempt N]" within Vertex's 128
 JOB_ID_PATTERN = r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?"
 JOB_ID_RE = re.compile(JOB_ID_PATTERN)

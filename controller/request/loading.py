@@ -1,4 +1,9 @@
-"""Turning request bytes or text into a plain JSON-like document, safely (size, depth, YAML tags, duplicate keys)."""
+"""Turning request bytes or text into a plain JSON-like document, safely (size, depth, YAML tags, duplicate keys).
+
+Whatever the bytes, the outcome is a document or `RequestInvalid` naming the field and the reason:
+each way a decoder can fail on hostile input (number size, text encoding, nesting, memory) is
+mapped here, and `parse_request` maps anything left as a last resort.
+"""
 
 from __future__ import annotations
 
@@ -8,9 +13,20 @@ from typing import Any
 
 import yaml
 
-from controller.request.limits import MAX_REQUEST_BYTES
+from controller.request.limits import MAX_NUMBER_DIGITS, MAX_REQUEST_BYTES
 from controller.request.nesting import MAX_NESTING, nests_too_deeply
-from controller.request.problems import Problem, RequestInvalid
+from controller.request.problems import Problem, RequestInvalid, format_path
+
+# The smallest integer with more than MAX_NUMBER_DIGITS decimal digits. Python refuses to convert
+# such a number to or from decimal text (its int-conversion limit), so no request may hold one.
+_TOO_BIG = 10**MAX_NUMBER_DIGITS
+
+
+class _NumberTooLong(ValueError):
+    """Raised from inside the JSON decoder, which would otherwise raise Python's own ValueError."""
+
+    def __init__(self, digits: int):
+        super().__init__(f"holds a number of {digits} digits; numbers have at most {MAX_NUMBER_DIGITS}")
 
 
 class _StrictYamlLoader(yaml.SafeLoader):
@@ -41,6 +57,40 @@ class _StrictYamlLoader(yaml.SafeLoader):
                 raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", mark)
         return super().construct_mapping(node, deep=deep)
 
+    # Composing recurses once per level of block-style nesting (`- - - -` or ever deeper
+    # indentation), which the bracket count in `nesting` cannot see: bound it here, long before
+    # the interpreter's recursion limit.
+    _depth = 0
+
+    def compose_node(self, parent, index):
+        self._depth += 1
+        try:
+            if self._depth > MAX_NESTING:
+                mark = self.peek_event().start_mark
+                raise yaml.composer.ComposerError(None, None, f"nests more than {MAX_NESTING} levels", mark)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def construct_bounded_int(self, node):
+        """YAML 1.1 integers, but none Python could not print: a long decimal raises the int-conversion
+        limit's ValueError, a long hexadecimal or base-60 one would be quadratic work, then unprintable."""
+        written = self.construct_scalar(node)
+        if len(written) > MAX_NUMBER_DIGITS or abs(value := self.construct_yaml_int(node)) >= _TOO_BIG:
+            problem = f"a number of more than {MAX_NUMBER_DIGITS} digits ({len(written)} characters)"
+            raise yaml.constructor.ConstructorError(None, None, problem, node.start_mark)
+        return value
+
+
+_StrictYamlLoader.add_constructor("tag:yaml.org,2002:int", _StrictYamlLoader.construct_bounded_int)
+
+
+def _bounded_json_int(text: str) -> int:
+    digits = len(text.lstrip("-"))
+    if digits > MAX_NUMBER_DIGITS:
+        raise _NumberTooLong(digits)
+    return int(text)
+
 
 def _reject_duplicate_json_keys(pairs: list[tuple[str, Any]]) -> dict:
     result: dict = {}
@@ -69,7 +119,11 @@ def _load_text(text: str) -> Any:
     try:
         if stripped[0] in "{[":
             try:
-                return json.loads(text, object_pairs_hook=_reject_duplicate_json_keys)
+                return json.loads(
+                    text, object_pairs_hook=_reject_duplicate_json_keys, parse_int=_bounded_json_int
+                )
+            except _NumberTooLong as error:
+                raise RequestInvalid([Problem("request", str(error))]) from None
             except json.JSONDecodeError as error:
                 raise RequestInvalid(
                     [
@@ -126,9 +180,47 @@ def _plain_document(document: Any) -> Any:
         raise RequestInvalid([Problem("request", f"must contain only JSON values: {error}")]) from None
     except RecursionError:
         raise RequestInvalid([Problem("request", "is nested too deeply")]) from None
-    if len(encoded.encode("utf-8")) > MAX_REQUEST_BYTES:
+    try:
+        size = len(encoded.encode("utf-8"))
+    except UnicodeEncodeError:
+        # A lone surrogate (JSON's "\ud800", or the same YAML escape) decodes to a str that is
+        # not Unicode text: it can be neither stored nor sent to Vertex.
+        raise RequestInvalid(
+            [
+                Problem(
+                    _path_of_unencodable(document),
+                    "holds a lone UTF-16 surrogate (such as \\ud800), not text",
+                )
+            ]
+        ) from None
+    if size > MAX_REQUEST_BYTES:
         raise RequestInvalid([Problem("request", f"is larger than {MAX_REQUEST_BYTES} bytes as JSON")])
     return json.loads(encoded)
+
+
+def _encodes(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _path_of_unencodable(document: Any) -> str:
+    """The field path of the first key or string that UTF-8 cannot encode ("request" if none)."""
+    pending: list[tuple[tuple, Any]] = [((), document)]
+    while pending:
+        path, value = pending.pop()
+        if isinstance(value, str) and not _encodes(value):
+            return format_path(path)
+        if isinstance(value, Mapping):
+            for key, item in value.items():
+                if isinstance(key, str) and not _encodes(key):
+                    return format_path((*path, key.encode("utf-8", "replace").decode()))
+                pending.append(((*path, key), item))
+        elif isinstance(value, (list, tuple)):
+            pending.extend(((*path, index), item) for index, item in enumerate(value))
+    return "request"
 
 
 def load_document(raw: bytes | str | Mapping) -> Any:

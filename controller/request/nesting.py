@@ -15,8 +15,13 @@ MAX_NESTING = 64  # far deeper than any request, push envelope or log entry a se
 # Quoted strings may hold brackets that do not nest anything: drop them before counting.
 # Single quotes are YAML's other string form; JSON has none, so removing them there changes nothing
 # a valid document could contain outside a double-quoted string.
-_DOUBLE_QUOTED = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
-_SINGLE_QUOTED = re.compile(rb"'(?:[^']|'')*'")
+# A string left open runs to the end of the text (the parser reports the syntax error). Without
+# that, every quote after an unclosed one would start a scan to the end that fails, so a body
+# such as `"\"\"\"...` costs quadratic time (40 KB took 15 s); with it every scan succeeds and
+# the pass stays linear. The quantifiers are possessive: a backtracking `*` keeps a state per
+# character it passes, and one 9.5 MB string took 2.4 s and 1.1 GB of memory.
+_DOUBLE_QUOTED = re.compile(rb'"(?:[^"\\]++|\\.)*+(?:"|\\?\Z)', re.DOTALL)
+_SINGLE_QUOTED = re.compile(rb"'(?:[^']++|'')*+(?:'|\Z)")
 _NOT_A_BRACKET = bytes(b for b in range(256) if b not in b"[]{}")
 _OPENERS = frozenset(b"[{")
 

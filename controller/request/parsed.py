@@ -102,7 +102,27 @@ def parse_request(
 
     Text is JSON when it starts with `{` or `[`, YAML otherwise. `allow_local_checkpoints`
     admits `file:///abs/path` checkpoint URIs (local runs only; production must leave it off).
+
+    Whatever `raw` holds, the outcome is a request or `RequestInvalid`: the loader maps every
+    failure it knows of to a field and a reason, and anything else a decoder or validator raises
+    (a bug, or exhausted memory) becomes a reason too, never an exception the caller must know.
     """
+    try:
+        return _parse(raw, allow_local_checkpoints)
+    except RequestInvalid:
+        raise
+    except MemoryError:
+        raise RequestInvalid([Problem("request", "is too large to read (out of memory)")]) from None
+    except RecursionError:
+        raise RequestInvalid([Problem("request", "is nested too deeply")]) from None
+    except Exception as error:
+        reason = (
+            f"could not be read: internal error {type(error).__name__} (a bug in Relaunch; please report it)"
+        )
+        raise RequestInvalid([Problem("request", reason)]) from error
+
+
+def _parse(raw: bytes | str | Mapping, allow_local_checkpoints: bool) -> JobRequest | CancelRequest:
     document = load_document(raw)
     if not isinstance(document, dict):
         raise RequestInvalid(

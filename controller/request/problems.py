@@ -8,6 +8,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+# A field path or a reason echoes what the sender wrote (an unknown key, a duplicated one): each is
+# cut to this many characters, so one message of a megabyte cannot become a megabyte of record,
+# log line and alert, and the copy's `reason` attribute keeps within Pub/Sub's 1,024 bytes.
+MAX_FIELD_CHARS = 200
+MAX_REASON_CHARS = 400
+
 
 @dataclass(frozen=True)
 class Problem:
@@ -17,8 +23,19 @@ class Problem:
     field: str
     reason: str
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "field", _cut(self.field, MAX_FIELD_CHARS))
+        object.__setattr__(self, "reason", _cut(self.reason, MAX_REASON_CHARS))
+
     def __str__(self) -> str:
         return f"{self.field}: {self.reason}"
+
+
+def _cut(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    tail = f"... ({len(text)} characters)"
+    return text[: limit - len(tail)] + tail
 
 
 class RequestInvalid(Exception):

@@ -40,6 +40,7 @@ from controller.adapters.pubsub import (
     TopicPublisher,
     UnreadableHint,
     ensure_topology,
+    subscriber_client,
     vertex_job_id_from_log_entry,
 )
 from controller.adapters.vertex import VertexBackend
@@ -49,6 +50,7 @@ from controller.service.alerts import AlertSink
 from controller.service.deadletter import DeadLetterCopy
 from controller.service.engine import Dependencies, Deposed, Engine
 from controller.service.intake import Intake, IntakeResult
+from controller.service.intake_guard import Delivery, IntakeGuard, RetryLater
 from controller.service.metrics import Metrics
 from controller.service.retention import prune_state
 from controller.service.streams import SupervisedStream
@@ -126,7 +128,7 @@ class Controller:
         self.holder_id = settings.controller_id or f"{socket.gethostname()}-{os.getpid()}"
         self.metrics = Metrics()
         self.publisher_client = pubsub_v1.PublisherClient()
-        self.subscriber = pubsub_v1.SubscriberClient()
+        self.subscriber = subscriber_client()  # receives 10 MB messages from an emulator too
         if settings.create_subscriptions:
             ensure_topology(settings, self.publisher_client, self.subscriber)
         self.publisher = TopicPublisher(self.publisher_client, timeout=settings.rpc_timeout_seconds)
@@ -178,6 +180,7 @@ class Controller:
         self.degradation = Degradation(self.alerts, settings.degraded_after_failed_passes)
         self.engine.health = self.degradation.source("reconcile")
         self.intake = Intake(self.engine, dead_letter=self._dead_letter)
+        self.intake_guard = IntakeGuard(self.intake)
         self._stop = threading.Event()
         self._streams: dict = {}
         self._leading = False
@@ -230,17 +233,18 @@ class Controller:
 
     # --- subscriptions ----------------------------------------------------------------------
     def _on_request(self, message) -> None:
+        delivery = Delivery(message.message_id, message.delivery_attempt)
         try:
-            result = self.intake.accept(message.data, dict(message.attributes))
-        except Exception as error:
-            # Nothing durable was written: not acking is right. The store is in trouble, so stop
-            # taking deliveries until it answers again, or each one would spend one of the
-            # subscription's few delivery attempts before the dead-letter topic.
-            log.exception("request handling failed; leaving it for redelivery", message_id=message.message_id)
+            result = self.intake_guard.accept(message.data, dict(message.attributes), delivery)
+        except RetryLater as later:
+            # Nothing durable was written: not acking is right. A message that keeps failing is
+            # dead-lettered by the guard; only a store in trouble stops the intake, until it
+            # answers again, or each delivery would spend one of the subscription's attempts.
             message.nack()
-            self.degradation.failed("request intake", [repr(error)])
-            self._intake_paused = True
-            self.engine.timers.wake()
+            if later.store_down:
+                self.degradation.failed("request intake", [str(later)])
+                self._intake_paused = True
+                self.engine.timers.wake()
             return
         log.info(
             "request handled",
@@ -386,8 +390,10 @@ class Controller:
             self._open_streams("requests")
 
     # --- HTTP facade used by controller.service.http ------------------------------------------------
-    def accept_request(self, data: bytes, attributes: dict[str, str]) -> IntakeResult:
-        return self.intake.accept(data, attributes)
+    def accept_request(
+        self, data: bytes, attributes: dict[str, str], delivery: Delivery | None = None
+    ) -> IntakeResult:
+        return self.intake_guard.accept(data, attributes, delivery)
 
     def job_document(self, job_id: str) -> dict | None:
         record = self.store.get(job_key(job_id))

@@ -8,8 +8,10 @@ knows nothing of how jobs are stored or run.
 Push acknowledgement rule: 2xx acknowledges, anything else makes Pub/Sub redeliver. Requests the
 engine has durably recorded (including invalid and conflicting ones, which it dead-letters itself)
 are acknowledged with 204; only an exception from the engine (state store down, ...) answers 500,
-because then nothing was recorded and a redelivery can succeed. Client input never answers 500:
-a bad path or job id is 404, a body that is not a push envelope (garbage, nesting too deep) 400.
+because then nothing was recorded and a redelivery can succeed. The push's delivery attempt goes
+to the engine, whose intake guard dead-letters a message that keeps failing (intake_guard.py),
+so no push is answered 500 for ever. Client input never answers 500: a bad path or job id is
+404, a body that is not a push envelope (garbage, nesting too deep) 400, a bad token 401/403.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from controller.request.limits import JOB_ID_RE
 from controller.request.nesting import nests_too_deeply
 from controller.service import status_page
 from controller.service.intake import IntakeResult
+from controller.service.intake_guard import Delivery
 from controller.service.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from controller.service.metrics import Metrics
 from controller.service.push_auth import PushAuthError, PushVerifier
@@ -53,7 +56,9 @@ _log = logs.get("relaunch.http")
 class ControllerApp(Protocol):
     """What the HTTP server needs from the controller engine."""
 
-    def accept_request(self, data: bytes, attributes: dict[str, str]) -> IntakeResult:
+    def accept_request(
+        self, data: bytes, attributes: dict[str, str], delivery: Delivery | None = None
+    ) -> IntakeResult:
         """Record one job request; never raises for bad input, may raise for infrastructure."""
 
     def job_document(self, job_id: str) -> dict | None: ...
@@ -69,10 +74,11 @@ class MalformedEnvelope(ValueError):
     """The push body is not a Pub/Sub push envelope."""
 
 
-def decode_push_envelope(body: bytes) -> tuple[bytes, dict[str, str], str | None]:
-    """(data, attributes, message id) of a push envelope: {"message": {"data": b64, ...}, ...}.
+def decode_push_envelope(body: bytes) -> tuple[bytes, dict[str, str], Delivery]:
+    """(data, attributes, delivery) of a push envelope: {"message": {"data": b64, ...}, ...}.
 
-    A message may carry attributes only (no `data`), so absent data decodes to b"".
+    A message may carry attributes only (no `data`), so absent data decodes to b"". The
+    envelope's `deliveryAttempt` is there only where the subscription has a dead-letter policy.
     """
     if nests_too_deeply(body):
         raise MalformedEnvelope("body is nested too deeply to be a push envelope")
@@ -96,7 +102,12 @@ def decode_push_envelope(body: bytes) -> tuple[bytes, dict[str, str], str | None
     ):
         raise MalformedEnvelope("message.attributes is not a string map")
     message_id = message.get("messageId") or message.get("message_id")
-    return data, dict(attributes), message_id if isinstance(message_id, str) else None
+    attempt = envelope.get("deliveryAttempt")
+    delivery = Delivery(
+        message_id if isinstance(message_id, str) else None,
+        attempt if isinstance(attempt, int) and not isinstance(attempt, bool) else None,
+    )
+    return data, dict(attributes), delivery
 
 
 class _Server(HTTPServer):
@@ -262,16 +273,16 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(refusal.status, {"error": refusal.reason})
             return
         try:
-            data, attributes, message_id = decode_push_envelope(self._read_body())
+            data, attributes, delivery = decode_push_envelope(self._read_body())
         except MalformedEnvelope as error:
             _log.warning("malformed push envelope", reason=str(error))
             self._json(HTTPStatus.BAD_REQUEST, {"error": str(error)})
             return
         try:
-            result = self.server.app.accept_request(data, attributes)
+            result = self.server.app.accept_request(data, attributes, delivery)
         except Exception:
             # Nothing was recorded: answer non-2xx so Pub/Sub delivers the request again.
-            _log.exception("request intake failed; push not acknowledged", message_id=message_id)
+            _log.exception("request intake failed; push not acknowledged", message_id=delivery.message_id)
             self._json(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": "request intake failed"})
             return
         level = _log.info if result.status in ("accepted", "duplicate", "cancel") else _log.warning
@@ -280,7 +291,7 @@ class _Handler(BaseHTTPRequestHandler):
             job_id=result.job_id,
             outcome=result.status,
             reason=result.reason,
-            message_id=message_id,
+            message_id=delivery.message_id,
         )
         self._send(HTTPStatus.NO_CONTENT, b"", None)
 

@@ -3,8 +3,9 @@
 The intake is the only writer of new job records. It returns once the effect is stored, so the
 caller (a Pub/Sub callback, or the push endpoint) may ack; bad input is recorded under
 `rejected/`, copied to the dead-letter topic with its reason and alerted, and reported as
-`invalid` / `conflict`. Only infrastructure trouble (the state store is down) raises, so the
-caller does not ack. A recorded job is handed to the engine, which submits it.
+`invalid` / `conflict`. Anything else raises, and the caller does not ack; callers go through
+`IntakeGuard` (intake_guard.py), which dead-letters a message that keeps failing while the store
+answers, so that only the store being down holds requests back. A recorded job is handed to the engine, which submits it.
 
 Intake needs no leadership. Every record it writes is an unfenced, create-only write (a job, a
 cancel, a rejection), so any instance, leader or standby, may take a delivery and record it, and
@@ -38,8 +39,10 @@ if TYPE_CHECKING:  # the engine (and its Vertex client) is not needed to name a 
 
 log = logs.get("relaunch.intake")
 
-IntakeStatus = Literal["accepted", "duplicate", "conflict", "invalid", "cancel"]
-INTAKE_STATUSES: frozenset[str] = frozenset({"accepted", "duplicate", "conflict", "invalid", "cancel"})
+IntakeStatus = Literal["accepted", "duplicate", "conflict", "invalid", "cancel", "internal"]
+INTAKE_STATUSES: frozenset[str] = frozenset(
+    {"accepted", "duplicate", "conflict", "invalid", "cancel", "internal"}
+)
 
 # How much of a rejected message the store keeps (the whole message goes to the dead-letter topic).
 STORED_PAYLOAD_BYTES = 65536
@@ -49,7 +52,9 @@ STORED_PAYLOAD_BYTES = 65536
 class IntakeResult:
     # accepted: new job recorded; duplicate: same request seen before (no-op);
     # conflict: same jobId, different spec (recorded, dead-lettered); invalid: unparseable or
-    # failed validation (recorded, dead-lettered); cancel: a cancel request was recorded.
+    # failed validation (recorded, dead-lettered); cancel: a cancel request was recorded;
+    # internal: handling it kept failing for a reason not in the request (recorded,
+    # dead-lettered; see intake_guard.py).
     status: IntakeStatus
     job_id: str | None = None
     reason: str = ""
@@ -132,6 +137,11 @@ class Intake:
             self.engine.timers.schedule(job_id, now)  # the leader applies it at once
             return IntakeResult("cancel", job_id, "cancel requested")
         return IntakeResult("cancel", job_id, "cancel recorded; the job will be born cancelled")
+
+    def reject_unhandled(self, data: bytes, error: BaseException) -> IntakeResult:
+        """Set aside a message whose handling keeps failing (a bug, not its content) the way an
+        invalid one is, with the reason `internal: <exception type>`."""
+        return self._reject(data, "internal", f"internal: {type(error).__name__}", _guess_job_id(data))
 
     def _reject(self, data: bytes, status: IntakeStatus, reason: str, job_id: str | None) -> IntakeResult:
         engine = self.engine

@@ -7,10 +7,17 @@ service account with a verified email (403 otherwise).
 
 The signing certificates are fetched through a small caching transport: without it every push
 would download Google's certificates again.
+
+Anyone can send a token, so whatever it holds (any size, any nesting, a claim of any JSON type,
+an algorithm google-auth does not know) ends in 401 or 403, never in an exception the HTTP layer
+would answer with 500: the shape is checked before any decoder runs, and whatever google-auth or
+the claim checks raise beyond what they document is a 401 too.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import threading
 import time
 from collections.abc import Mapping
@@ -23,9 +30,12 @@ from google.auth import exceptions as auth_errors
 from google.oauth2 import id_token
 
 from controller import logs
+from controller.request.nesting import nests_too_deeply
 
 GOOGLE_CERTS_URL = "https://www.googleapis.com/oauth2/v1/certs"
 GOOGLE_ISSUERS = frozenset({"accounts.google.com", "https://accounts.google.com"})
+# Google's ID tokens are about a kilobyte; nothing legitimate comes near this.
+MAX_TOKEN_BYTES = 8192
 
 _log = logs.get("relaunch.push_auth")
 
@@ -144,21 +154,38 @@ class PushVerifier:
 
     def verify(self, authorization_header: str | None) -> Claims:
         token = _bearer_token(authorization_header)
-        payload = self._verified_payload(token)
+        _check_shape(token)
+        try:
+            return self._claims(self._verified_payload(token))
+        except PushAuthError:
+            raise
+        except Exception as error:
+            # google-auth documents ValueError subclasses, but a claim of an unexpected type
+            # (a string `exp`) raises TypeError from inside it: still the sender's token at fault.
+            raise PushAuthError(401, f"invalid token: {type(error).__name__} checking its claims") from error
+
+    def _claims(self, payload: Mapping[str, Any]) -> Claims:
         issuer = payload.get("iss")
-        if issuer not in GOOGLE_ISSUERS:
-            raise PushAuthError(401, f"token issued by {issuer!r}, not Google")
+        if not isinstance(issuer, str) or issuer not in GOOGLE_ISSUERS:
+            raise PushAuthError(401, f"token issued by {_short(issuer)}, not Google")
         email = payload.get("email")
         if email != self.service_account:
-            raise PushAuthError(403, f"token is for {email!r}, not the push service account")
+            raise PushAuthError(403, f"token is for {_short(email)}, not the push service account")
         if payload.get("email_verified") not in (True, "true"):
             raise PushAuthError(403, "token email is not verified")
+        expires_at = payload.get("exp")
+        if (
+            isinstance(expires_at, bool)
+            or not isinstance(expires_at, (int, float))
+            or expires_at != expires_at
+        ):
+            raise PushAuthError(401, "token expiry (exp) is not a number")
         return Claims(
             email=email,
             subject=str(payload.get("sub", "")),
             audience=str(payload.get("aud")),
             issuer=issuer,
-            expires_at=int(payload.get("exp", 0)),
+            expires_at=int(min(expires_at, 2**63)),
             raw=dict(payload),
         )
 
@@ -193,6 +220,28 @@ class PushVerifier:
     def _may_refetch(self) -> bool:
         age = self.request.age(self.certs_url)
         return age is None or age >= self.REFETCH_INTERVAL_SECONDS
+
+
+def _check_shape(token: str) -> None:
+    """A JWT of a sane size whose header and payload nest no deeper than any real token, checked
+    before a JSON decoder recurses into them."""
+    if len(token) > MAX_TOKEN_BYTES:
+        raise PushAuthError(401, f"token of {len(token)} bytes is larger than any ID token")
+    parts = token.split(".")
+    if len(parts) != 3:
+        raise PushAuthError(401, "token is not a JWT (three dot-separated parts)")
+    for part in parts[:2]:
+        try:
+            decoded = base64.urlsafe_b64decode(part + "=" * (-len(part) % 4))
+        except (binascii.Error, ValueError):
+            raise PushAuthError(401, "token is not a JWT (a part is not base64url)") from None
+        if nests_too_deeply(decoded):
+            raise PushAuthError(401, "token is not a JWT (a part nests too deeply)")
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _bearer_token(header: str | None) -> str:

@@ -101,7 +101,11 @@ class TokenSigner:
             "iat": issued,
             "exp": int(issued + expires_in),
         }
-        header = {"alg": "RS256", "kid": self.kid, "typ": "JWT"}
+        return self.sign({"alg": "RS256", "kid": self.kid, "typ": "JWT"}, claims, forged=forged)
+
+    def sign(self, header: object, claims: object, *, forged: bool = False) -> str:
+        """An RS256 signature over any header and claims, whatever they hold: tests of a verifier
+        need tokens that are well signed yet malformed (a string `exp`, an unknown `alg`)."""
         signing_input = f"{_b64url(json.dumps(header).encode())}.{_b64url(json.dumps(claims).encode())}"
         key = self._forger() if forged else self._key
         signature = key.sign(signing_input.encode("ascii"), padding.PKCS1v15(), hashes.SHA256())

@@ -45,7 +45,7 @@ class FakeApp:
             }
         }
 
-    def accept_request(self, data, attributes):
+    def accept_request(self, data, attributes, delivery=None):
         self.calls.append((data, attributes))
         self.received.set()
         if self.intake_error is not None:

@@ -34,7 +34,7 @@ class StoreBackedApp:
     def __init__(self, store):
         self.store = store
 
-    def accept_request(self, data, attributes):
+    def accept_request(self, data, attributes, delivery=None):
         raise AssertionError("no request expected")
 
     def job_document(self, job_id):
