@@ -110,10 +110,12 @@ def test_submit_publishes_the_canonical_request(devstack, tmp_path, requests_top
     assert sent["restartPolicy"]["backoff"]["maxSeconds"] == 0.5  # the canonical form, defaults written
 
 
-def test_cancel_publishes_a_cancel_request(finished_job, requests_topic, capsys):
-    assert main(["cancel", finished_job, "--no-verdict"]) == 0
-    assert f"cancel requested for {finished_job}" in capsys.readouterr().out
-    assert json.loads(pull_one(requests_topic)) == {"jobId": finished_job, "action": "cancel"}
+def test_cancel_publishes_a_cancel_request(devstack, bucket, make_engine, state_env, requests_topic, capsys):
+    job_id = f"cli-live-{uuid.uuid4().hex[:6]}"
+    accept(make_engine(), request(job_id, bucket, args=["--steps", "6", "--every", "3"]), {})
+    assert main(["cancel", job_id, "--no-verdict"]) == 0
+    assert f"cancel requested for {job_id}" in capsys.readouterr().out
+    assert json.loads(pull_one(requests_topic)) == {"jobId": job_id, "action": "cancel"}
 
 
 def test_submit_wait_follows_the_job_to_success(
@@ -168,7 +170,8 @@ def test_unreachable_pubsub_is_one_line_and_exit_1(devstack, tmp_path, monkeypat
     job = tmp_path / "job.json"
     job.write_text(request("cli-down", "bucket").decode())
     assert main(["submit", str(job)]) == 1
-    err = capsys.readouterr().err.splitlines()
+    # No controller runs against this store: a note says so first; then the error, one line.
+    err = [line for line in capsys.readouterr().err.splitlines() if not line.startswith("relaunch: note:")]
     assert len(err) == 1
     assert err[0].startswith("relaunch: error: cannot submit the request (")
 
@@ -178,3 +181,116 @@ def test_status_without_a_state_store_says_where_it_looked(devstack, tmp_path, m
     assert main(["status"]) == 1
     err = capsys.readouterr().err
     assert "no state store at" in err and len(err.splitlines()) == 1
+
+
+# ---- a newcomer's second run, and the controller's sign of life --------------------------------
+
+
+def test_submitting_a_finished_jobs_request_again_says_unchanged_and_how_to_rerun(
+    finished_job, bucket, requests_topic, tmp_path, capsys
+):
+    job = tmp_path / "again.json"
+    job.write_text(request(finished_job, bucket, args=["--steps", "6", "--every", "3"]).decode())
+    assert main(["submit", str(job)]) == 0
+    out = capsys.readouterr().out
+    assert f"{finished_job} unchanged: this request already ran and succeeded" in out
+    assert "new jobId" in out and "--fresh" in out
+    # Nothing was published: the controller would only have said "accepted" to nobody.
+    response = pubsub_v1.SubscriberClient().pull(subscription=requests_topic, max_messages=1, timeout=3)
+    assert not response.received_messages
+
+
+def test_cancel_of_an_ended_job_exits_1_saying_how_it_ended(finished_job, requests_topic, capsys):
+    assert main(["cancel", finished_job]) == 1
+    err = capsys.readouterr().err
+    assert f"{finished_job} has already ended, succeeded" in err and "nothing to cancel" in err
+    response = pubsub_v1.SubscriberClient().pull(subscription=requests_topic, max_messages=1, timeout=3)
+    assert not response.received_messages
+
+
+def test_json_has_rfc3339_times_and_every_event_a_kind(finished_job, capsys):
+    from controller.readmodel.jobs import EVENT_KINDS
+
+    assert main(["events", finished_job, "--json"]) == 0
+    entries = json.loads(capsys.readouterr().out)
+    assert all(e["kind"] in EVENT_KINDS and e["kind"] != "note" for e in entries), entries
+    assert {
+        "accepted",
+        "attempt-requested",
+        "attempt-running",
+        "attempt-ended",
+        "checkpoint",
+        "job-ended",
+    } <= {e["kind"] for e in entries}
+    assert all(e["time"].endswith("Z") and e["time"][10] == "T" for e in entries)
+    assert main(["status", finished_job, "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["createdAt"].endswith("Z") and document["attempts"][0]["endedAt"].endswith("Z")
+
+
+def test_status_filters_by_phase_and_watch_ends_with_the_jobs(finished_job, capsys):
+    assert main(["status", "--phase", "running"]) == 0
+    assert capsys.readouterr().out.startswith("no jobs in phase running")
+    assert main(["status", "--phase", "succeeded,failed"]) == 0
+    assert finished_job in capsys.readouterr().out
+    assert main(["status", "--phase", "runing"]) == 2
+    assert "did you mean 'running'?" in capsys.readouterr().err
+    # Every job shown has ended: --watch prints once and returns.
+    assert main(["status", finished_job, "--watch"]) == 0
+    assert capsys.readouterr().out.count("phase:       succeeded") == 1
+
+
+def test_status_fits_100_columns_unless_wide(finished_job, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "100")
+    assert main(["status", finished_job]) == 0
+    narrow = capsys.readouterr().out.splitlines()
+    assert max(len(line) for line in narrow) <= 100, narrow
+    assert main(["status", finished_job, "--wide"]) == 0
+    wide = capsys.readouterr().out
+    assert "VERTEX JOB" in wide and "CKPT EVERY" in wide
+
+
+def test_status_shows_the_controllers_last_sign_of_life(finished_job, tmp_path, capsys):
+    import time
+
+    from controller.store.heartbeat import Heartbeat
+    from controller.store.sqlite import SqliteStateStore
+
+    assert main(["status"]) == 0
+    assert "controller: none has run against this state store" in capsys.readouterr().out
+    store = SqliteStateStore(str(tmp_path / "state.db"))
+    Heartbeat(store, "host-7", every_seconds=10).beat(time.time())
+    assert main(["status", finished_job]) == 0
+    assert "controller:  running, last seen 0s ago (host-7)" in capsys.readouterr().out
+    Heartbeat(store, "host-7", every_seconds=10).beat(time.time() - 600)
+    assert main(["status"]) == 0
+    assert "controller: NOT RUNNING, last seen 10m00s ago (host-7)" in capsys.readouterr().out
+
+
+def test_submit_says_at_once_that_no_controller_runs_and_stops_waiting(
+    finished_job, bucket, requests_topic, tmp_path, capsys
+):
+    from controller.client import Client
+
+    clock = [0.0]
+
+    def sleep(seconds: float) -> None:
+        clock[0] += seconds
+
+    client = Client(
+        state_store=f"sqlite://{tmp_path / 'state.db'}",
+        requests_topic=requests_topic.replace("/subscriptions/", "/topics/").removesuffix("-read"),
+        verdict_seconds=60,
+        sleep=sleep,
+        clock=lambda: clock[0],
+    )
+    assert not client.controller_alive()
+    verdict = client.submit(request("nobody-home", bucket).decode())
+    assert verdict.outcome == "no controller"
+    assert clock[0] < 20  # not the whole minute of verdict_seconds
+    # The CLI says so before it waits.
+    job = tmp_path / "lonely.json"
+    job.write_text(request("nobody-home-2", bucket).decode())
+    assert main(["submit", str(job), "--timeout", "1"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("relaunch: note: no controller has run yet on ")
