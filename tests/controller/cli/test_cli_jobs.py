@@ -294,3 +294,84 @@ def test_submit_says_at_once_that_no_controller_runs_and_stops_waiting(
     assert main(["submit", str(job), "--timeout", "1"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("relaunch: note: no controller has run yet on ")
+
+
+@pytest.fixture
+def replica_logs(finished_job, tmp_path, monkeypatch):
+    """Log files as devstack writes them for the finished job's attempt: two replicas, JSON
+    lines from the trainer, one plain traceback line."""
+    from datetime import UTC, datetime, timedelta
+
+    from controller.client import Client
+
+    vertex_job = Client.from_config().status(finished_job)["attempts"][-1]["vertexJob"]
+    folder = tmp_path / "ds" / "vertex" / vertex_job.rsplit("/", 1)[-1]
+    folder.mkdir(parents=True)
+    now = datetime.now(UTC)
+
+    def line(seconds_ago: float, message: str, **extra) -> str:
+        when = (now - timedelta(seconds=seconds_ago)).isoformat().replace("+00:00", "Z")
+        return json.dumps({"message": message, "severity": "INFO", "time": when, **extra}) + "\n"
+
+    (folder / "workerpool0-0.log").write_text(
+        line(7200, "launching") + line(30, "step", step=10) + "Traceback (most recent call last):\n"
+    )
+    (folder / "workerpool1-0.log").write_text(line(40, "joined") + line(20, "step", step=11))
+    monkeypatch.setenv("RELAUNCH_DEVSTACK_DIR", str(tmp_path / "ds"))
+    return finished_job
+
+
+def test_logs_interleave_every_replica_as_human_lines(replica_logs, capsys):
+    assert main(["logs", replica_logs]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    said = [(line.split()[1], line.split()[3]) for line in lines if line[:1].isdigit()]
+    assert said == [
+        ("workerpool0-0", "launching"),
+        ("workerpool1-0", "joined"),
+        ("workerpool0-0", "step"),
+        ("workerpool1-0", "step"),
+    ]
+    assert "step=10" in lines[2] and lines[4].split()[2] == "INFO"
+    # A line without a time stays after the line its replica wrote before it.
+    assert lines[3].split() == ["workerpool0-0", "Traceback", "(most", "recent", "call", "last):"]
+    assert not any(line.startswith("{") for line in lines)
+
+
+def test_logs_json_tail_and_since(replica_logs, capsys):
+    assert main(["logs", replica_logs, "--json", "--tail", "2"]) == 0
+    records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(r["replica"], r["message"]) for r in records] == [
+        ("workerpool0-0", "Traceback (most recent call last):"),
+        ("workerpool1-0", "step"),
+    ]
+    assert main(["logs", replica_logs, "--since", "1m", "--replica", "workerpool0-0"]) == 0
+    out = capsys.readouterr().out
+    assert "launching" not in out and "step=10" in out and "workerpool1-0" not in out
+
+
+def test_logs_of_a_replica_that_does_not_exist_lists_those_that_do(replica_logs, capsys):
+    assert main(["logs", replica_logs, "--replica", "workerpool2-0"]) == 1
+    err = capsys.readouterr().err
+    assert "has no replica 'workerpool2-0'" in err
+    assert "its replicas: workerpool0-0, workerpool1-0" in err
+
+
+def test_wait_for_checkpoint_returns_at_the_first_commit_marker(
+    devstack, bucket, make_engine, state_env, capsys
+):
+    """The controller records checkpoints only when it looks; `wait --for checkpoint` reads the
+    commit markers itself, so it returns while the stored job still shows none."""
+    from tests.support.daemon import cancel_vertex_jobs
+
+    job_id = f"cli-ckpt-{uuid.uuid4().hex[:6]}"
+    engine = make_engine()
+    body = request(job_id, bucket, args=["--steps", "100000", "--every", "40", "--step-seconds", "0.05"])
+    accept(engine, body, {})
+    drive(engine, job_id, lambda doc: doc["phase"] == "running")
+    try:
+        assert main(["wait", job_id, "--for", "checkpoint", "--timeout", "60", "--poll", "0.2"]) == 0
+        out = capsys.readouterr().out
+        assert f"{job_id}: checkpoint step " in out and "committed" in out
+        assert job_document(engine, job_id)["latestCheckpointStep"] is None
+    finally:
+        cancel_vertex_jobs(devstack, {job_id})
