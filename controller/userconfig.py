@@ -122,6 +122,38 @@ def devstack_layer_path() -> Path | None:
     return None
 
 
+# What `relaunch devstack serve` writes once every stand-in is up, and `down` removes.
+_DEVSTACK_RUN_FILE = "env.json"
+
+
+def stale_devstack_variables() -> str | None:
+    """A sentence when this shell still has the variables of a devstack that has been taken
+    down (`relaunch devstack down` without the eval): every Google call would then wait for
+    stand-ins that are gone."""
+    named = os.environ.get(DEVSTACK_DIR_VARIABLE)
+    if not named or "PUBSUB_EMULATOR_HOST" not in os.environ or _EXPORTED.get(DEVSTACK_DIR_VARIABLE):
+        return None
+    if (Path(named) / _DEVSTACK_RUN_FILE).exists() or _answers(os.environ["PUBSUB_EMULATOR_HOST"]):
+        return None
+    return (
+        f"this shell still has the variables of the devstack in {named}, which is not running; "
+        'run `eval "$(relaunch devstack down)"` to clear them, or `eval "$(relaunch devstack up)"` '
+        "to start it again"
+    )
+
+
+def _answers(host_port: str) -> bool:
+    """Whether something listens at host:port (a refused loopback connection is immediate)."""
+    import socket
+
+    host, _, port = host_port.rpartition(":")
+    try:
+        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=0.5):
+            return True
+    except (OSError, ValueError):
+        return False
+
+
 def _layer_path(name: str) -> Path | None:
     return devstack_layer_path() if name == DEVSTACK_LAYER_FILE else config_dir() / name
 

@@ -63,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Run `relaunch VERB --help` for a verb's options and an example.",
     )
     parser.add_argument("--version", action=_VersionAction, help="print the version and exit")
-    subparsers = parser.add_subparsers(title="verbs", metavar="VERB")
+    subparsers = parser.add_subparsers(title="verbs", metavar="VERB", dest="verb")
     for module_info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
         name = f"{commands.__name__}.{module_info.name}"
         try:
@@ -98,6 +98,10 @@ def main(argv: list[str] | None = None) -> int:
     if handler is None:
         parser.print_help(sys.stderr)
         return 2
+    stale = config.stale_devstack_variables()
+    if stale and getattr(args, "verb", None) not in ("devstack", "config"):
+        _error(stale)
+        return 1
     try:
         return int(handler(args) or 0)
     except KeyboardInterrupt:

@@ -179,3 +179,15 @@ def test_json_times_are_rfc3339_in_utc():
 def test_every_job_verb_takes_json(verb, capsys):
     code, out, _ = run(capsys, verb, "--help")
     assert code == 0 and "--json" in out
+
+
+def test_a_shell_left_with_a_downed_devstacks_variables_is_told_at_once(capsys, tmp_path, monkeypatch):
+    """`relaunch devstack down` without the eval leaves the emulator variables: say so rather
+    than wait for stand-ins that are gone."""
+    gone = tmp_path / ".devstack"
+    gone.mkdir()
+    monkeypatch.setenv("RELAUNCH_DEVSTACK_DIR", str(gone))
+    monkeypatch.setenv("PUBSUB_EMULATOR_HOST", "127.0.0.1:9")
+    code, _, err = run(capsys, "status")
+    assert code == 1
+    assert 'eval "$(relaunch devstack down)"' in err and "not running" in err

@@ -375,3 +375,33 @@ def test_wait_for_checkpoint_returns_at_the_first_commit_marker(
         assert job_document(engine, job_id)["latestCheckpointStep"] is None
     finally:
         cancel_vertex_jobs(devstack, {job_id})
+
+
+def test_cancel_wait_follows_the_job_until_it_is_cancelled(
+    devstack, bucket, make_engine, state_env, requests_topic, capsys
+):
+    job_id = f"cli-cw-{uuid.uuid4().hex[:6]}"
+    engine = make_engine()
+    accept(engine, request(job_id, bucket, args=["--steps", "100000", "--step-seconds", "0.05"]), {})
+    drive(engine, job_id, lambda doc: doc["phase"] == "running")
+    stop = threading.Event()
+
+    def controller():  # takes the cancel off the topic and runs the loop, as the daemon would
+        accept(engine, pull_one(requests_topic))
+        while not stop.is_set() and not terminal(job_document(engine, job_id)):
+            engine.fire_due_timers()
+            engine.reconcile()
+            engine.timers.wait(0.1)
+
+    worker = threading.Thread(target=controller, daemon=True)
+    worker.start()
+    try:
+        code = main(["cancel", job_id, "--wait", "--timeout", "60", "--poll", "0.2"])
+    finally:
+        stop.set()
+        worker.join(timeout=30)
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert f"cancel requested for {job_id}" in out
+    assert f"{job_id}: cancelled" in out
+    assert job_document(engine, job_id)["phase"] == "cancelled"
