@@ -202,10 +202,9 @@ class Client:
     def committed_checkpoint_step(self, checkpoint_uri: str) -> int | None:
         """The step of the newest committed checkpoint under a job's checkpoint root, read from
         storage itself (the controller's record learns of it only at its next look)."""
-        from controller.adapters.checkpoints import CheckpointProbe
+        from controller.adapters.checkpoints import committed_step
 
-        found = CheckpointProbe(timeout=self.rpc_timeout).latest(checkpoint_uri)
-        return found.step if found else None
+        return committed_step(checkpoint_uri, timeout=self.rpc_timeout)
 
     def events(self, job_id: str) -> list[dict]:
         """The job's timeline, oldest first: {"time", "attempt", "kind", "what", ...} entries

@@ -128,11 +128,23 @@ def columns(wide: bool = False) -> int | None:
 
 
 def fitted_table(
-    headers: list[str], rows: list[list[str]], width: int | None, *, droppable: tuple[str, ...] = ()
+    headers: list[str],
+    rows: list[list[str]],
+    width: int | None,
+    *,
+    droppable: tuple[str, ...] = (),
+    when_empty: tuple[str, ...] = (),
 ) -> str:
-    """`table`, made to fit `width` columns: first the `droppable` columns go (in that order),
-    then the widest cells are cut with an ellipsis. `width` None: everything, however wide."""
+    """`table`, made to fit `width` columns: first the `when_empty` and `droppable` columns that
+    say nothing (every cell "-"), then the other `droppable` ones in that order, then the widest
+    cells are cut with an ellipsis. `width` None: everything, however wide."""
     headers, rows = list(headers), [[printable(cell) for cell in row] for row in rows]
+    empty = [
+        name
+        for name in (*when_empty, *droppable)
+        if name in headers and all(row[headers.index(name)] == "-" for row in rows)
+    ]
+    droppable = (*empty, *(name for name in droppable if name not in empty))
 
     def too_wide() -> bool:
         return width is not None and max(len(line) for line in table(headers, rows).splitlines()) > width

@@ -188,8 +188,8 @@ def describe_job(doc: dict, now: float, width: int | None = None, *, controller:
         [
             str(a["number"]),
             view.dash(a["vertexJob"] and a["vertexJob"].rsplit("/", 1)[-1]),
-            view.utc(a["startedAt"]),
-            view.utc(a["endedAt"]),
+            _when(a["startedAt"], width),
+            _when(a["endedAt"], width),
             f"{a['ending']} ({a['rule']})" if a["ending"] else (a["vertexState"] or "requested"),
             view.dash(a["resumeFromStep"]),
             "unknown" if a.get("progressUnknown") else view.dash(a["checkpointStepAtEnd"]),
@@ -210,11 +210,20 @@ def describe_job(doc: dict, now: float, width: int | None = None, *, controller:
         "REPLICAS",
     ]
     # Narrow terminals lose the columns that matter least first (the Vertex job is in --json).
-    droppable = ("CKPT EVERY", "VERTEX JOB", "REPLICAS", "ENDED (UTC)")
-    attempts = view.fitted_table(headers, rows, width, droppable=droppable)
+    attempts = view.fitted_table(
+        headers, rows, width, droppable=("VERTEX JOB",), when_empty=("CKPT EVERY", "REPLICAS")
+    )
     return "\n".join(
         _wrapped(lines, width) + ["", attempts, *_wrapped(interval_lines(doc["attempts"]), width)]
     )
+
+
+def _when(seconds: float | None, width: int | None) -> str:
+    """A UTC time; without its year when the page must fit a width (the year is on `created:`)."""
+    text = view.utc(seconds)
+    if width is not None and len(text) == 19 and text[:4].isdigit():
+        return text[5:]
+    return text
 
 
 def _wrapped(lines: list[str], width: int | None) -> list[str]:

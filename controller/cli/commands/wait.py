@@ -84,14 +84,10 @@ def _run(args: argparse.Namespace) -> int:
         if args.json:
             view.print_json(client.status(args.job_id))
         return status
+    import io
+
     from controller.cli.progress import Progress
     from controller.client import WaitTimeout
-
-    if args.condition == "checkpoint":
-        from controller import logs
-
-        logs.configure("WARNING")  # the checkpoint reader's notes are for the controller's log
-    import io
 
     progress = Progress(io.StringIO() if args.json else None)
     until = _running if args.condition == "running" else checkpoint_committed(client)

@@ -14,6 +14,7 @@ README's 8080 may be taken on a shared machine).
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -92,6 +93,7 @@ def _check_story(done: subprocess.CompletedProcess, work: Path) -> None:
         f"stdout:\n{done.stdout}\nstderr:\n{done.stderr[-4000:]}\ncontroller:\n{controller_log[-4000:]}"
     )
     out = done.stdout
+    assert json.loads(controller_log.splitlines()[0])["severity"]  # JSON from its first line on
     assert "accepted demo-gpt" in out
     assert f"demo-gpt: succeeded, attempt 2, checkpoint step {DEMO_STEPS}" in out
     status = out[out.index("+ relaunch status demo-gpt") : out.index("+ relaunch logs")]
