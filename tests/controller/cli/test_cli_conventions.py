@@ -15,7 +15,6 @@ import pytest
 
 from controller import userconfig as config
 from controller.cli.main import main
-from controller.readmodel.times import rfc3339, with_rfc3339_times
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:
@@ -162,6 +161,8 @@ def test_up_that_fails_makes_its_eval_fail(tmp_path):
 
 
 def test_json_times_are_rfc3339_in_utc():
+    from controller.readmodel.times import rfc3339, with_rfc3339_times
+
     assert rfc3339(0) == "1970-01-01T00:00:00.000Z"
     converted = with_rfc3339_times(
         {"createdAt": 1.5, "attempts": [{"startedAt": 60, "endedAt": None, "number": 1}], "time": 0}

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import re
 
-from controller.cli.report_png import LABEL_GAP, labelled, title
 from controller.readmodel.goodput import compute
-from controller.readmodel.picture import attempts_svg, ticks
+from controller.readmodel.picture import attempts_svg
 
 
 def _attempt(number: int, requested: float, ended: float, ending: str) -> dict:
@@ -58,6 +57,8 @@ def _svg(job: dict, timeline: list[dict], now: float) -> str:
 
 
 def test_ticks_fall_at_round_intervals():
+    from controller.readmodel.picture import ticks
+
     assert ticks(31) == [0, 5, 10, 15, 20, 25, 30]
     assert ticks(3600) == [i * 600.0 for i in range(7)]
     assert len(ticks(9 * 86400)) <= 9
@@ -88,11 +89,15 @@ def test_a_long_runs_legend_stays_inside_the_picture():
 
 
 def test_the_png_title_counts_in_the_right_number():
+    from controller.cli.report_png import title
+
     job = _job([_attempt(1, 0, 12, "preempted"), _attempt(2, 16, 31, "succeeded")], 31)
     assert title(job, 0.5) == "pic (succeeded): goodput 50%; 2 attempts, 1 preemption, 0 failures"
 
 
 def test_png_checkpoint_labels_never_overlap_however_many_checkpoints():
+    from controller.cli.report_png import LABEL_GAP, labelled
+
     span = 1000.0
     marks = [(float(i), 1.0) for i in range(0, 1000, 3)] + [(float(i), 2.0) for i in range(500, 520)]
     chosen = labelled(marks, span)
