@@ -36,6 +36,9 @@ from typing import Any
 TERMINAL = ("succeeded", "failed", "cancelled")
 # Fewer seconds between two reads of the store would cost more than it tells.
 DEFAULT_POLL_SECONDS = 2.0
+# A controller being started beside the submit (the README's flow) writes its first heartbeat
+# within seconds; after this long without one, nobody is there to give a verdict.
+CONTROLLER_GRACE_SECONDS = 15.0
 
 
 class ClientError(Exception):
@@ -60,19 +63,27 @@ class WaitTimeout(ClientError):
 class Verdict:
     """What the controller did with one published request.
 
-    outcome: 'accepted' (the job record exists with this request's fingerprint; also when the
-    same request was accepted before), 'cancel requested', 'rejected' (reasons say why), or
-    'no verdict' (published, but the controller had not decided within the wait; it may still).
+    outcome: 'accepted' (the job record exists with this request's fingerprint), 'unchanged'
+    (the same request was accepted before: nothing was published; `phase` says where that job
+    is, `ended` whether it has finished), 'cancel requested', 'rejected' (reasons say why),
+    'no controller' (published, but no controller has shown a sign of life on the state store:
+    the request waits in the queue for one) or 'no verdict' (published, but the controller had
+    not decided within the wait; it may still).
     """
 
     job_id: str
     outcome: str
     message_id: str | None = None
     reasons: list[str] = field(default_factory=list)
+    phase: str | None = None
 
     @property
     def accepted(self) -> bool:
-        return self.outcome in ("accepted", "cancel requested")
+        return self.outcome in ("accepted", "unchanged", "cancel requested")
+
+    @property
+    def ended(self) -> bool:
+        return self.phase in TERMINAL
 
     @property
     def rejected(self) -> bool:
@@ -117,8 +128,8 @@ class Client:
             "state_store": config.get("state_store"),
             "project": config.get("project"),
             "requests_topic": config.get("requests_topic"),
-            "rpc_timeout": float(config.get("rpc_timeout_seconds")),
-            "verdict_seconds": float(config.get("verdict_seconds")),
+            "rpc_timeout": config.seconds("rpc_timeout_seconds"),
+            "verdict_seconds": config.seconds("verdict_seconds"),
         }
         values.update(overrides)
         return cls(**values)
@@ -175,14 +186,38 @@ class Client:
             raise JobNotFound(job_id)
         return with_goodput(document, time.time(), timeline=timeline)
 
+    def controller_heartbeat(self) -> dict | None:
+        """The leading controller's last sign of life in the store ({"holder", "time",
+        "everySeconds"}), or None if no controller ever wrote one there."""
+        from controller.store.heartbeat import last_beat
+
+        return last_beat(self.store) if self.store_exists() else None
+
+    def controller_alive(self) -> bool:
+        """Whether a controller has shown a sign of life on this state store recently."""
+        from controller.store.heartbeat import is_fresh
+
+        return is_fresh(self.controller_heartbeat(), time.time())
+
+    def committed_checkpoint_step(self, checkpoint_uri: str) -> int | None:
+        """The step of the newest committed checkpoint under a job's checkpoint root, read from
+        storage itself (the controller's record learns of it only at its next look)."""
+        from controller.adapters.checkpoints import committed_step
+
+        return committed_step(checkpoint_uri, timeout=self.rpc_timeout)
+
     def events(self, job_id: str) -> list[dict]:
-        """The job's timeline, oldest first: {"time", "attempt", "what", ...} entries."""
+        """The job's timeline, oldest first: {"time", "attempt", "kind", "what", ...} entries
+        (`kind`: one of controller.readmodel.jobs.EVENT_KINDS)."""
+        from controller.readmodel.jobs import with_kind
+
         document = self.stored(job_id)
         if document is None:
             raise JobNotFound(job_id)
         # Entries are appended as transitions are stored; an attempt's "running" entry carries
         # Vertex's start time, so order by time (stable, keeping stored order for ties).
-        return sorted(document.get("timeline", []), key=lambda e: e.get("time") or 0)
+        entries = sorted(document.get("timeline", []), key=lambda e: e.get("time") or 0)
+        return [with_kind(item) for item in entries]
 
     # ---- writing -----------------------------------------------------------------------------
     def submit(self, request: Any, *, wait_for_verdict: bool = True, allow_local: bool = False) -> Verdict:
@@ -196,6 +231,10 @@ class Client:
         parsed = parse_request(_request_bytes(request), allow_local_checkpoints=allow_local)
         if isinstance(parsed, CancelRequest):
             raise RequestInvalid([Problem("action", f"a cancel request; use cancel({parsed.job_id!r})")])
+        existing = self._stored_if_any(parsed.job_id)
+        if existing is not None and existing.get("fingerprint") == parsed.fingerprint():
+            # Like `kubectl apply` on an unchanged object: nothing to do, and nothing published.
+            return Verdict(parsed.job_id, "unchanged", phase=existing.get("state", {}).get("phase"))
         data = json.dumps(parsed.to_json()).encode()
         message_id = self.publish(data)
         if not wait_for_verdict:
@@ -230,7 +269,8 @@ class Client:
     def _await_verdict(self, job_id: str, data: bytes, message_id: str, fingerprint: str | None) -> Verdict:
         from controller.store.keys import cancel_key, rejected_key
 
-        deadline = self._clock() + self.verdict_seconds
+        started = self._clock()
+        deadline = started + self.verdict_seconds
         rejected = rejected_key(message_digest(data))
         while True:
             document = self._stored_if_any(job_id)
@@ -252,6 +292,8 @@ class Client:
             remaining = deadline - self._clock()
             if remaining <= 0:
                 return Verdict(job_id, "no verdict", message_id)
+            if self._clock() - started >= CONTROLLER_GRACE_SECONDS and not self.controller_alive():
+                return Verdict(job_id, "no controller", message_id)
             self._sleep(min(0.25, remaining))  # polling the store: Pub/Sub has no reply channel
 
     def wait(

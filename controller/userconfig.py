@@ -4,8 +4,12 @@ A property (`state_store`, `project`, ...) has one environment variable. Its val
 of:
 
 1. the environment variable (`RELAUNCH_STATE_STORE=...`), as on Cloud Run;
-2. the devstack layer, `devstack.json` in the config directory, which `relaunch devstack up`
-   writes and `relaunch devstack down` removes, so the commands after it talk to the stand-ins;
+2. the devstack layer, `cli-layer.json` in the devstack's own directory, which `relaunch
+   devstack up` writes and `relaunch devstack down` removes, so the commands after it talk to
+   the stand-ins. It is found through `$RELAUNCH_DEVSTACK_DIR` (the shell that evaluated `up`'s
+   lines has it), else in `.devstack/` of the working directory or of a folder above it: each
+   checkout has its own, and a devstack started in one never repoints a shell in another
+   (`RELAUNCH_DEVSTACK_DIR=` set empty means no devstack layer at all);
 3. the user's file, `config.json` in the config directory, written by
    `relaunch config set KEY VALUE`;
 4. the built-in default, if the property has one.
@@ -24,7 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 CONFIG_FILE = "config.json"
-DEVSTACK_FILE = "devstack.json"
+DEVSTACK_LAYER_FILE = "cli-layer.json"
+DEFAULT_DEVSTACK_DIR = ".devstack"
+DEVSTACK_DIR_VARIABLE = "RELAUNCH_DEVSTACK_DIR"
 
 
 @dataclass(frozen=True)
@@ -103,8 +109,59 @@ def config_dir() -> Path:
     return Path(base) / "relaunch"
 
 
+def devstack_layer_path() -> Path | None:
+    """The devstack layer this shell sees: its devstack dir's, else the nearest `.devstack/`'s."""
+    if DEVSTACK_DIR_VARIABLE in os.environ:
+        named = os.environ[DEVSTACK_DIR_VARIABLE]
+        return Path(named) / DEVSTACK_LAYER_FILE if named else None
+    here = Path.cwd()
+    for folder in (here, *here.parents):
+        candidate = folder / DEFAULT_DEVSTACK_DIR / DEVSTACK_LAYER_FILE
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+# What `relaunch devstack serve` writes once every stand-in is up, and `down` removes.
+_DEVSTACK_RUN_FILE = "env.json"
+
+
+def stale_devstack_variables() -> str | None:
+    """A sentence when this shell still has the variables of a devstack that has been taken
+    down (`relaunch devstack down` without the eval): every Google call would then wait for
+    stand-ins that are gone."""
+    named = os.environ.get(DEVSTACK_DIR_VARIABLE)
+    if not named or "PUBSUB_EMULATOR_HOST" not in os.environ or _EXPORTED.get(DEVSTACK_DIR_VARIABLE):
+        return None
+    if (Path(named) / _DEVSTACK_RUN_FILE).exists() or _answers(os.environ["PUBSUB_EMULATOR_HOST"]):
+        return None
+    return (
+        f"this shell still has the variables of the devstack in {named}, which is not running; "
+        'run `eval "$(relaunch devstack down)"` to clear them, or `eval "$(relaunch devstack up)"` '
+        "to start it again"
+    )
+
+
+def _answers(host_port: str) -> bool:
+    """Whether something listens at host:port (a refused loopback connection is immediate)."""
+    import socket
+
+    host, _, port = host_port.rpartition(":")
+    try:
+        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=0.5):
+            return True
+    except (OSError, ValueError):
+        return False
+
+
+def _layer_path(name: str) -> Path | None:
+    return devstack_layer_path() if name == DEVSTACK_LAYER_FILE else config_dir() / name
+
+
 def _read(name: str) -> dict[str, str]:
-    path = config_dir() / name
+    path = _layer_path(name)
+    if path is None:
+        return {}
     try:
         data = json.loads(path.read_text())
     except FileNotFoundError:
@@ -158,7 +215,7 @@ def lookup(key: str) -> tuple[str | None, str]:
         return os.environ[variable], f"env {variable}"
     if key == "project" and os.environ.get("GOOGLE_CLOUD_PROJECT"):
         return os.environ["GOOGLE_CLOUD_PROJECT"], "env GOOGLE_CLOUD_PROJECT"
-    for layer, name in (("devstack", DEVSTACK_FILE), ("config", CONFIG_FILE)):
+    for layer, name in (("devstack", DEVSTACK_LAYER_FILE), ("config", CONFIG_FILE)):
         values = _read(name)
         if key in values:
             return values[key], layer
@@ -187,8 +244,45 @@ def missing(key: str) -> str:
     return f"{key} is not set: export {env_name(key)}=... or run `relaunch config set {key} VALUE`"
 
 
-def set_value(key: str, value: str) -> Path:
+def _seconds_problem(value: str) -> str | None:
+    try:
+        seconds = float(value)
+    except ValueError:
+        return "must be a number of seconds, such as 60 or 2.5"
+    return None if seconds > 0 and seconds != float("inf") else "must be a number of seconds more than 0"
+
+
+# Properties the CLI reads as numbers; the controller's settings are checked by their own type.
+_NUMBERS = {"verdict_seconds", "rpc_timeout_seconds"}
+
+
+def check_value(key: str, value: str) -> None:
+    """ConfigError naming the key, the value and what is allowed, unless `value` may be set."""
     env_name(key)  # refuses unknown names
+    problem = _seconds_problem(value) if key in _NUMBERS else None
+    if problem is None and key in _setting_names():
+        from controller.settings import InvalidSetting, check
+
+        try:
+            check(key, value)
+        except InvalidSetting as invalid:
+            raise ConfigError(str(invalid)) from None
+    if problem is not None:
+        raise ConfigError(f"{key}={value!r}: {problem}")
+
+
+def seconds(key: str) -> float:
+    """A number-of-seconds property; ConfigError naming where a bad value comes from."""
+    value, source = lookup(key)
+    problem = "is not set" if value is None else _seconds_problem(value)
+    if problem is None and value is not None:
+        return float(value)
+    fix = f"`relaunch config set {key} SECONDS`" if source in ("config", "default") else f"fix {source}"
+    raise ConfigError(f"{key}={value!r} (from {source}): {problem}; {fix}")
+
+
+def set_value(key: str, value: str) -> Path:
+    check_value(key, value)
     values = _read(CONFIG_FILE)
     values[key] = value
     return _write(CONFIG_FILE, values)
@@ -205,16 +299,20 @@ def unset_value(key: str) -> bool:
 
 def all_values() -> list[tuple[str, str | None, str]]:
     """(key, value, source) for every CLI property and every other key found in a file."""
-    keys = set(PROPERTIES) | set(_read(CONFIG_FILE)) | set(_read(DEVSTACK_FILE))
+    keys = set(PROPERTIES) | set(_read(CONFIG_FILE)) | set(_read(DEVSTACK_LAYER_FILE))
     return [(key, *lookup(key)) for key in sorted(keys)]
 
 
-def write_devstack_layer(values: dict[str, str]) -> Path:
-    return _write(DEVSTACK_FILE, values)
+def write_devstack_layer(devstack_dir: Path, values: dict[str, str]) -> Path:
+    path = devstack_dir / DEVSTACK_LAYER_FILE
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(values, indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+    return path
 
 
-def remove_devstack_layer() -> bool:
-    path = config_dir() / DEVSTACK_FILE
+def remove_devstack_layer(devstack_dir: Path) -> bool:
+    path = devstack_dir / DEVSTACK_LAYER_FILE
     existed = path.exists()
     path.unlink(missing_ok=True)
     return existed
@@ -222,7 +320,7 @@ def remove_devstack_layer() -> bool:
 
 def export_to_environ() -> None:
     """Copy the file layers into os.environ where a variable is not already set (env wins)."""
-    for layer in (DEVSTACK_FILE, CONFIG_FILE):  # the devstack layer first: it overrides config
+    for layer in (DEVSTACK_LAYER_FILE, CONFIG_FILE):  # the devstack layer first: it overrides config
         for key, value in _read(layer).items():
             try:
                 variable = env_name(key) if key in PROPERTIES else f"RELAUNCH_{key.upper()}"

@@ -32,7 +32,9 @@ def main() -> int:
         request = yaml.safe_load(handle)
     if args.run_id:  # one job, and one checkpoint folder, per pipeline run
         request["jobId"] = f"{request['jobId']}-{args.run_id}"[:63]
-        request["checkpoint"]["uri"] = f"{request['checkpoint']['uri'].rstrip('/')}/{args.run_id}"
+        # A sibling of the request's folder, never one inside it: the controller gives each job
+        # a checkpoint root no other job's nests in or contains.
+        request["checkpoint"]["uri"] = f"{request['checkpoint']['uri'].rstrip('/')}-{args.run_id}"
 
     client = Client.from_config()
     try:
@@ -44,7 +46,7 @@ def main() -> int:
     if not verdict.accepted:
         print(f"{verdict.job_id}: {verdict.outcome}: {'; '.join(verdict.reasons)}", file=sys.stderr)
         return 1
-    print(f"{verdict.job_id}: accepted", flush=True)
+    print(f"{verdict.job_id}: {verdict.outcome}", flush=True)
 
     def progress(status: dict) -> None:
         print(

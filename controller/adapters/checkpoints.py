@@ -221,3 +221,20 @@ class CheckpointProbe:
             step = layout.parse_step_dir(key.rsplit("/", 1)[0])
             if step is not None and (chosen is None or step > chosen.step):
                 log.warning("commit marker is garbled, ignoring that checkpoint", step=step)
+
+
+def committed_step(
+    checkpoint_uri: str, *, client: Any = None, timeout: float = gcs_client.CALL_TIMEOUT_SECONDS
+) -> int | None:
+    """The newest committed step under a checkpoint root, for a reader outside the controller
+    (`relaunch wait --for checkpoint`): the same markers `CheckpointProbe.latest` reads, without
+    its log lines. None while there is none, or while the root cannot be listed yet."""
+    if checkpoint_uri.startswith("gs://"):
+        reader: Any = _GcsReader(client or gcs_client.make_client(), checkpoint_uri, timeout)
+    else:
+        reader = storage.open_storage(checkpoint_uri)
+    try:
+        marker = storage.latest_committed(reader)
+    except (storage.StorageError, FileNotFoundError, NotADirectoryError):
+        return None
+    return marker.step if marker is not None else None

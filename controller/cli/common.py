@@ -47,7 +47,7 @@ def guarded(what: str, action: Callable[[], int]) -> int:
         return fail(str(error), EXIT_ERROR)
     except (ConnectionError, TimeoutError, OSError, sqlite3.Error, ValueError) as error:
         if type(error).__name__ == "ValidationError":  # a bad RELAUNCH_* variable (pydantic)
-            return fail(f"invalid setting ({_why(error)})", EXIT_USAGE)
+            return fail(_why(error), EXIT_USAGE)
         return fail(f"cannot {what} ({_why(error)})", EXIT_ERROR)
     except Exception as error:
         # Google API and auth errors, without importing google.api_core on every read verb.
@@ -57,8 +57,17 @@ def guarded(what: str, action: Callable[[], int]) -> int:
 
 
 def _why(error: Exception) -> str:
+    return sentence(error) or "no reason given"
+
+
+def sentence(error: BaseException) -> str:
+    """The error's first line, made printable: what the user reads, never its class name."""
+    if type(error).__name__ == "ValidationError":  # pydantic: name the variables, not the class
+        from controller.settings import explain
+
+        return f"invalid setting {explain(error)}".replace("\n", "; ")  # type: ignore[arg-type]
     text = str(error).strip().splitlines()
-    return text[0][:300] if text else type(error).__name__
+    return printable(text[0][:300]) if text else ""
 
 
 def client(**overrides):
@@ -106,8 +115,71 @@ def table(headers: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def print_json(document) -> None:
-    """JSON for scripts; ensure_ascii keeps control and bidi characters escaped."""
+# Output fits this many columns unless the terminal says it is wider (COLUMNS, or its size);
+# `--wide` lifts the limit, as `kubectl get -o wide` does.
+DEFAULT_COLUMNS = 100
+
+
+def columns(wide: bool = False) -> int | None:
+    """The width to fit output in: None (no limit) with --wide."""
+    import shutil
+
+    return None if wide else max(DEFAULT_COLUMNS, shutil.get_terminal_size((DEFAULT_COLUMNS, 24)).columns)
+
+
+def fitted_table(
+    headers: list[str],
+    rows: list[list[str]],
+    width: int | None,
+    *,
+    droppable: tuple[str, ...] = (),
+    when_empty: tuple[str, ...] = (),
+) -> str:
+    """`table`, made to fit `width` columns: first the `when_empty` and `droppable` columns that
+    say nothing (every cell "-"), then the other `droppable` ones in that order, then the widest
+    cells are cut with an ellipsis. `width` None: everything, however wide."""
+    headers, rows = list(headers), [[printable(cell) for cell in row] for row in rows]
+    empty = [
+        name
+        for name in (*when_empty, *droppable)
+        if name in headers and all(row[headers.index(name)] == "-" for row in rows)
+    ]
+    droppable = (*empty, *(name for name in droppable if name not in empty))
+
+    def too_wide() -> bool:
+        return width is not None and max(len(line) for line in table(headers, rows).splitlines()) > width
+
+    for name in droppable:
+        if not too_wide():
+            break
+        if name in headers:
+            index = headers.index(name)
+            headers.pop(index)
+            for row in rows:
+                row.pop(index)
+    while too_wide():
+        widths = [max(len(cell) for cell in column) for column in zip(headers, *rows)]
+        widest = widths.index(max(widths))
+        limit = max(widths) - 1
+        if limit < 8:
+            break
+        for row in rows:
+            if len(row[widest]) > limit:
+                row[widest] = row[widest][: limit - 1] + "…"
+        if len(headers[widest]) > limit:
+            headers[widest] = headers[widest][:limit]
+    return table(headers, rows)
+
+
+def json_text(document) -> str:
+    """JSON for scripts: times in RFC 3339 (UTC), and ensure_ascii keeps control and bidi
+    characters escaped."""
     import json
 
-    print(json.dumps(document, indent=2, sort_keys=True, ensure_ascii=True, default=str))
+    from controller.readmodel.times import with_rfc3339_times
+
+    return json.dumps(with_rfc3339_times(document), indent=2, sort_keys=True, ensure_ascii=True, default=str)
+
+
+def print_json(document) -> None:
+    print(json_text(document))

@@ -34,13 +34,18 @@ def add_wait_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def follow(client, job_id: str, *, timeout: float | None, poll: float, must_exist: bool = False) -> int:
+def follow(
+    client, job_id: str, *, timeout: float | None, poll: float, must_exist: bool = False, quiet: bool = False
+) -> int:
     """Show the job's progress until it ends; its exit status (0, 1, or 124 on timeout).
-    `must_exist`: a job not in the store is an error at once (else it may still be on its way)."""
+    `must_exist`: a job not in the store is an error at once (else it may still be on its way).
+    `quiet`: no progress lines (the caller prints JSON instead)."""
+    import io
+
     from controller.cli.progress import Progress
     from controller.client import WaitTimeout
 
-    progress = Progress()
+    progress = Progress(io.StringIO() if quiet else None)
     try:
         final = client.wait(
             job_id, timeout=timeout, poll=poll, on_change=progress, appear_within=0 if must_exist else None
@@ -52,6 +57,7 @@ def follow(client, job_id: str, *, timeout: float | None, poll: float, must_exis
         progress.done()
     if final["phase"] == "succeeded":
         return view.EXIT_OK
-    reason = printable(final["terminalReason"] or "")
-    print(f"{printable(job_id)} {final['phase']}: {reason}", flush=True)
+    if not quiet:
+        reason = printable(final["terminalReason"] or "")
+        print(f"{printable(job_id)} {final['phase']}: {reason}", flush=True)
     return view.EXIT_ERROR

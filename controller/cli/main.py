@@ -9,6 +9,7 @@ import pkgutil
 import sys
 
 from controller.cli import commands
+from controller.cli.suggest import Parser
 
 PROG = "relaunch"
 
@@ -53,7 +54,7 @@ def _quiet_broken_pipe() -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog=PROG,
         description=(
             "Keep long multi-node PyTorch training jobs alive on Spot GPUs on Vertex AI: "
@@ -62,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Run `relaunch VERB --help` for a verb's options and an example.",
     )
     parser.add_argument("--version", action=_VersionAction, help="print the version and exit")
-    subparsers = parser.add_subparsers(title="verbs", metavar="VERB")
+    subparsers = parser.add_subparsers(title="verbs", metavar="VERB", dest="verb")
     for module_info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
         name = f"{commands.__name__}.{module_info.name}"
         try:
@@ -88,13 +89,19 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args, extras = parser.parse_known_args(argv)
+        if extras:
+            getattr(args, "_parser_with_extras", parser).unrecognized(extras)
     except SystemExit as stop:  # --help and usage errors; keep main() returning an int
         return stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 2)
     handler = getattr(args, "handler", None)
     if handler is None:
         parser.print_help(sys.stderr)
         return 2
+    stale = config.stale_devstack_variables()
+    if stale and getattr(args, "verb", None) not in ("devstack", "config"):
+        _error(stale)
+        return 1
     try:
         return int(handler(args) or 0)
     except KeyboardInterrupt:
@@ -104,9 +111,19 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as error:
         if _debugging():
             raise
-        detail = str(error).splitlines()[0] if str(error) else ""
-        _error(f"{type(error).__name__}: {detail}" if detail else type(error).__name__)
-        return 1
+        return _report(error)
+
+
+def _report(error: Exception) -> int:
+    """A failure as one plain sentence: what went wrong, never the exception's class name."""
+    from controller.cli.common import CommandError, sentence
+
+    if isinstance(error, CommandError):
+        _error(sentence(error))
+        return error.status
+    detail = sentence(error)
+    _error(detail or "an unexpected failure with no message (RELAUNCH_DEBUG=1 shows where)")
+    return 1
 
 
 if __name__ == "__main__":

@@ -184,7 +184,7 @@ def status_document(document: Json, *, with_timeline: bool = True) -> Json:
         ],
     }
     if with_timeline:
-        out["timeline"] = document.get("timeline", [])
+        out["timeline"] = [with_kind(item) for item in document.get("timeline", [])]
     return out
 
 
@@ -210,3 +210,49 @@ def _interval_of(document: Json, attempt: int) -> Json | None:
     if isinstance(setting, (int, float)) and not isinstance(setting, bool):
         return {"seconds": float(setting), "mode": "fixed", "explanation": "fixed by the request"}
     return None
+
+
+# What kind of thing a timeline entry records, for scripts (`relaunch events --json`): read from
+# the entry's own fields, so that entries stored before kinds existed get one too.
+EVENT_KINDS = (
+    "accepted",
+    "attempt-requested",
+    "attempt-submitted",
+    "attempt-running",
+    "attempt-ended",
+    "checkpoint",
+    "checkpoint-interval",
+    "backing-off",
+    "cancel-requested",
+    "job-ended",
+    "note",
+)
+
+
+def event_kind(item: Json) -> str:
+    what = str(item.get("what", ""))
+    if "ending" in item:
+        return "attempt-ended"
+    if "step" in item and what.startswith("checkpoint"):
+        return "checkpoint"
+    if "checkpointInterval" in item:
+        return "checkpoint-interval"
+    if "nextAttemptAt" in item:
+        return "backing-off"
+    if what == "request accepted":
+        return "accepted"
+    if what == "cancel requested":
+        return "cancel-requested"
+    if what.startswith(("job ", "cancelled:")):
+        return "job-ended"
+    if what.startswith("attempt "):
+        for marker, kind in ((" requested ", "attempt-requested"), (" submitted as ", "attempt-submitted")):
+            if marker in what:
+                return kind
+        if " running" in what:
+            return "attempt-running"
+    return "note"
+
+
+def with_kind(item: Json) -> Json:
+    return {**item, "kind": item.get("kind") or event_kind(item)}

@@ -56,6 +56,7 @@ from controller.service.retention import prune_state
 from controller.service.streams import SupervisedStream
 from controller.settings import Settings
 from controller.store.factory import open_store
+from controller.store.heartbeat import Heartbeat
 from controller.store.keys import JOBS_PREFIX, job_key
 
 log = logs.get("relaunch.daemon")
@@ -191,6 +192,7 @@ class Controller:
         self.http = None
         self._last_iteration_at = clock()  # liveness: when the control loop last completed a turn
         self._next_housekeeping = 0.0
+        self.heartbeat = Heartbeat(self.store, self.holder_id, settings.lease_renew_seconds)
 
     # --- leadership -------------------------------------------------------------------------
     def _make_lease(self):
@@ -532,6 +534,7 @@ class Controller:
                     self._guarded(self.engine.fire_due_timers, "timers")
                     self._guarded(self._supervise_streams, "stream supervision")
                     self._guarded(self._housekeeping, "housekeeping")
+                    self._guarded(lambda: self.heartbeat.beat(self.clock(), fence=self._fence()), "heartbeat")
                 self._loop_turn_completed()
                 wait_until = self._next_reconcile if self._leading else next_lease_try
                 if self._pass_running():

@@ -1,7 +1,12 @@
 """The controller's read-only status page: server-rendered HTML, no script, no build step.
 
-    GET /            every job: phase, attempt, preemptions, failures, latest checkpoint, goodput
-    GET /jobs/JOB    one job: its attempts, the picture `relaunch report --svg` draws, its timeline
+    GET /            every job: phase, attempt, preemptions, failures, latest checkpoint, goodput,
+                     and why an ended job ended
+    GET /jobs/JOB    one job: its attempts (each with where its logs are), the picture
+                     `relaunch report --svg` draws, its timeline
+
+Both reload themselves every REFRESH_SECONDS (a meta refresh: no script) while something on
+them can still change.
 
 Everything shown that came from a request or from Vertex AI goes through `printable` (control
 and bidi characters shown as escapes) and then `html.escape`; the Content-Security-Policy
@@ -20,6 +25,10 @@ from controller.readmodel.picture import ENDING_COLOURS, attempts_svg
 from controller.readmodel.printable import counted, printable
 
 JOB_PAGE_PREFIX = "/jobs/"
+REFRESH_SECONDS = 10
+ENDED = ("succeeded", "failed", "cancelled")
+# Cloud Logging's Logs Explorer, filtered to one Vertex job's replicas (what `relaunch logs` reads).
+LOGS_EXPLORER = "https://console.cloud.google.com/logs/query;query={query}?project={project}"
 CONTENT_TYPE = "text/html; charset=utf-8"
 HEADERS = {
     "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; img-src data:",
@@ -45,26 +54,31 @@ def render(path: str, app, now: float | None = None) -> tuple[int, str]:
     """(HTTP status, HTML) for a GET of `path`; `app` is the server's ControllerApp."""
     now = time.time() if now is None else now
     if path == "/":
-        return 200, _page("Relaunch jobs", _job_table(app.list_job_documents(), now))
+        documents = app.list_job_documents()
+        live = any(doc["phase"] not in ENDED for doc in documents)
+        return 200, _page("Relaunch jobs", _job_table(documents, now), refresh=live)
     job_id = unquote(path[len(JOB_PAGE_PREFIX) :])
     document = app.job_document(job_id) if job_id else None
     if document is None:
         body = f"<p>No job <code>{_text(job_id)}</code>. <a href='/'>All jobs</a></p>"
         return 404, _page("No such job", body)
-    return 200, _page(f"Job {printable(job_id)}", _job_detail(document, now))
+    live = document["phase"] not in ENDED
+    return 200, _page(f"Job {printable(job_id)}", _job_detail(document, now), refresh=live)
 
 
 def _text(value) -> str:
     return escape(printable("" if value is None else value))
 
 
-def _page(title: str, body: str) -> str:
+def _page(title: str, body: str, *, refresh: bool = False) -> str:
+    reload = f"<meta http-equiv='refresh' content='{REFRESH_SECONDS}'>" if refresh else ""
+    every = f" Reloads every {REFRESH_SECONDS} s." if refresh else ""
     return (
-        "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
+        f"<!doctype html><html lang='en'><head><meta charset='utf-8'>{reload}"
         f"<title>{escape(title)}</title><style>{_STYLE}</style></head>"
         f"<body><h1>{escape(title)}</h1>{body}"
         f"<p><small>Relaunch controller status page, rendered {_utc(time.time())} UTC. "
-        "Read-only.</small></p></body></html>"
+        f"Read-only.{every}</small></p></body></html>"
     )
 
 
@@ -101,13 +115,40 @@ def _job_table(documents: list[dict], now: float) -> str:
             f"<td class='num'>{'-' if step is None else escape(str(step))}</td>"
             f"<td class='num'>{_ratio(doc, now)}</td>"
             f"<td>{_utc(doc['createdAt'])}</td>"
+            f"<td class='reason'>{_why(doc)}</td>"
             "</tr>"
         )
     head = (
         "<tr><th>Job</th><th>Name</th><th>Phase</th><th>Attempt</th><th>Preemptions</th>"
-        "<th>Failures</th><th>Checkpoint</th><th>Goodput</th><th>Created (UTC)</th></tr>"
+        "<th>Failures</th><th>Checkpoint</th><th>Goodput</th><th>Created (UTC)</th><th>Why</th></tr>"
     )
     return f"<table id='jobs'>{head}{''.join(rows)}</table>"
+
+
+def _why(doc: dict) -> str:
+    """Why an ended job ended, or how the last attempt ended while the job goes on."""
+    if doc.get("terminalReason"):
+        return _text(_shortened(str(doc["terminalReason"])))
+    last = doc["attempts"][-1] if doc["attempts"] else None
+    if last and last.get("ending"):
+        return _text(f"attempt {last['number']} {last['ending']}")
+    return ""
+
+
+def _shortened(text: str, limit: int = 120) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _logs(job_id: str, attempt: dict) -> str:
+    """Where an attempt's logs are: Logs Explorer for its Vertex job, and the CLI command."""
+    command = f"relaunch logs {printable(job_id)} --attempt {attempt['number']}"
+    name = attempt.get("vertexJob") or ""
+    parts = name.split("/")
+    if len(parts) != 6 or parts[0] != "projects":
+        return f"<code>{escape(command)}</code>"
+    query = quote(f'resource.type="ml_job"\nresource.labels.job_id="{parts[5]}"', safe="")
+    url = LOGS_EXPLORER.format(query=query, project=quote(parts[1], safe=""))
+    return f"<a href='{escape(url)}'>Logs Explorer</a><br><code>{escape(command)}</code>"
 
 
 def _job_detail(doc: dict, now: float) -> str:
@@ -140,12 +181,15 @@ def _job_detail(doc: dict, now: float) -> str:
             f"<td class='num'>{_text(a['checkpointStepAtEnd'] if a['checkpointStepAtEnd'] is not None else '-')}</td>"
             f"<td>{_text(a['errorMessage'] or '')}</td>"
             f"<td>{_interval(a.get('checkpointInterval'))}</td>"
+            f"<td>{_logs(doc['jobId'], a)}</td>"
             "</tr>"
         )
     attempt_table = (
         "<h2>Attempts</h2><table id='attempts'><tr><th>#</th><th>Vertex job</th><th>VMs</th>"
         "<th>Started (UTC)</th><th>Ended (UTC)</th><th>Ending (rule)</th><th>From step</th>"
-        "<th>Step at end</th><th>Error</th><th>Checkpoint interval</th></tr>" + "".join(attempts) + "</table>"
+        "<th>Step at end</th><th>Error</th><th>Checkpoint interval</th><th>Logs</th></tr>"
+        + "".join(attempts)
+        + "</table>"
         if attempts
         else "<p>No attempts yet.</p>"
     )
@@ -161,7 +205,8 @@ def _job_detail(doc: dict, now: float) -> str:
         f"<th>What happened</th></tr>{entries}</table>"
     )
     elapsed = duration(result.total)
-    back = f"<p><a href='/'>All jobs</a> · job age {escape(elapsed)}</p>"
+    so_far = "" if doc["phase"] in ENDED else " so far"
+    back = f"<p><a href='/'>All jobs</a> · duration {escape(elapsed)}{so_far} (request to end)</p>"
     return back + summary + attempt_table + picture + timeline_table
 
 

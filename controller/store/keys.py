@@ -60,3 +60,8 @@ def is_live(key: str, document: dict[str, Any]) -> bool:
     state = document.get("state")
     phase = state.get("phase") if isinstance(state, dict) else None
     return phase not in TERMINAL_PHASE_NAMES
+
+
+# The leading controller's sign of life (controller.store.heartbeat): the CLI reads it to tell a
+# user at once that no controller is running against the store they submit to.
+HEARTBEAT_KEY = "controller/heartbeat"

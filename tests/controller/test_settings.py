@@ -14,7 +14,7 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 def test_readme_settings_table_is_current():
     text = README.read_text()
     assert readme_with_table(text) == text, (
-        "README.md's settings table differs from controller/settings.py: run `python -m controller.settings`"
+        "README.md's settings table differs from controller/settings.py: run `python -m controller.settings --write`"
     )
 
 

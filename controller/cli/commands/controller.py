@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 
 EXAMPLE = """\
 Runs the controller until SIGTERM/SIGINT: pulls job requests and Vertex job events from Pub/Sub,
@@ -50,8 +49,20 @@ def apply_defaults() -> None:
 
 
 def run(args) -> int:
+    from controller import logs
+    from controller.settings import InvalidSetting, load
+
     apply_defaults()
-    print(f"relaunch controller: state store {os.environ['RELAUNCH_STATE_STORE']}", file=sys.stderr)
+    # Every line is JSON, the first included: Cloud Logging reads the stream as JSON lines.
+    logs.configure("INFO")
+    log = logs.get("relaunch.controller")
+    try:
+        settings = load()
+    except InvalidSetting as invalid:
+        log.error(f"cannot start: invalid setting {invalid}".replace("\n", "; "))
+        return 2
+    logs.configure(settings.log_level)
+    log.info("starting", state_store=settings.state_store)
     from controller.service.daemon import main
 
     return main()

@@ -14,7 +14,19 @@ import sys
 import time
 from pathlib import Path
 
-DEFAULT_DIR = ".devstack"
+from controller.cli.common import CommandError
+from controller.userconfig import DEFAULT_DEVSTACK_DIR, DEVSTACK_DIR_VARIABLE
+
+DEFAULT_DIR = DEFAULT_DEVSTACK_DIR
+# Everything `up` may export, so that `down` unsets it even when the devstack is gone.
+DEVSTACK_VARIABLES = (
+    "PUBSUB_EMULATOR_HOST",
+    "STORAGE_EMULATOR_HOST",
+    "RELAUNCH_VERTEX_ENDPOINT",
+    "RELAUNCH_DEVSTACK_CONTROL",
+    "GOOGLE_CLOUD_PROJECT",
+    "RELAUNCH_REGION",
+)
 START_TIMEOUT = 90.0
 STOP_TIMEOUT = 30.0
 
@@ -23,8 +35,11 @@ _HELP = {
         "start the devstack in the background and print its environment",
         "Starts Pub/Sub, GCS and Vertex AI stand-ins on free loopback ports as a detached\n"
         "process (state, pid and log under --dir), waits until they answer, and prints\n"
-        "the export lines a shell needs. Running it again prints the same lines.\n\n"
-        'example:\n  eval "$(relaunch devstack up)"\n  relaunch devstack up --dir /tmp/ds',
+        "the export lines a shell needs. Running it again prints the same lines; --fresh\n"
+        "first stops it and deletes everything under --dir (jobs, checkpoints, logs): the\n"
+        "way to start over. If it cannot start, it prints `false`, so that the eval fails.\n\n"
+        'example:\n  eval "$(relaunch devstack up)"\n  eval "$(relaunch devstack up --fresh)"\n'
+        "  relaunch devstack up --dir /tmp/ds",
     ),
     "env": (
         "print the export lines of the running devstack again",
@@ -32,7 +47,9 @@ _HELP = {
     ),
     "down": (
         "stop the background devstack and every replica process it started",
-        "example:\n  relaunch devstack down --dir /tmp/ds",
+        "Prints the unset lines that undo `up`'s export lines in the shell that evaluated\n"
+        "them; the devstack's directory (and the jobs' record in it) stays.\n\n"
+        'example:\n  eval "$(relaunch devstack down)"\n  relaunch devstack down --dir /tmp/ds',
     ),
     "status": (
         "show the running devstack's endpoints and jobs (JSON)",
@@ -107,8 +124,12 @@ def register(subparsers) -> None:
         sub.set_defaults(handler=handler)
         return sub
 
-    verb("up", _up).add_argument(
-        "--timeout", type=float, default=START_TIMEOUT, help="seconds to wait for it to be ready"
+    up = verb("up", _up)
+    up.add_argument("--timeout", type=float, default=START_TIMEOUT, help="seconds to wait for it to be ready")
+    up.add_argument(
+        "--fresh",
+        action="store_true",
+        help="start over: stop it and delete its state (jobs, checkpoints, logs) first",
     )
     verb("env", _env)
     verb("down", _down)
@@ -165,15 +186,34 @@ def _running(state: Path):
     return None
 
 
+# What `up` prints on stdout when it fails: `eval "$(relaunch devstack up)"` then fails too.
+FAILED_EVAL = "false\n"
+
+
 def _up(args) -> int:
-    from devstack.control import LOG_FILE, export_lines
+    status = _start(args)
+    if status != 0:
+        sys.stdout.write(FAILED_EVAL)
+    return status
+
+
+def _exports(state: Path, env: dict[str, str]) -> str:
+    from devstack.control import export_lines
+
+    return export_lines({**env, DEVSTACK_DIR_VARIABLE: str(state)})
+
+
+def _start(args) -> int:
+    from devstack.control import LOG_FILE
 
     state = Path(args.dir).resolve()
+    if args.fresh and not _wipe(state):
+        return 1
     state.mkdir(parents=True, exist_ok=True)
     running = _running(state)
     if running:
         _prepare(state, running[1])
-        sys.stdout.write(export_lines(running[1]))
+        sys.stdout.write(_exports(state, running[1]))
         return 0
     with open(state / LOG_FILE, "ab") as log:
         child = subprocess.Popen(
@@ -188,7 +228,7 @@ def _up(args) -> int:
         running = _running(state)
         if running and running[0] == child.pid:
             _prepare(state, running[1])
-            sys.stdout.write(export_lines(running[1]))
+            sys.stdout.write(_exports(state, running[1]))
             print(f"# devstack up (pid {child.pid}); log: {state / LOG_FILE}", file=sys.stderr)
             return 0
         if child.poll() is not None:
@@ -206,6 +246,28 @@ def _up(args) -> int:
     )
     _stop(child.pid)
     return 1
+
+
+# Files that only a devstack directory holds: --fresh deletes no folder without one of them.
+DEVSTACK_MARKERS = ("devstack.log", "env.json", "devstack.pid", "cli-layer.json", "controller-state.db")
+
+
+def _wipe(state: Path) -> bool:
+    """Stop the devstack in `state` and delete the folder, if it is one (never another folder)."""
+    import shutil
+
+    if not state.exists():
+        return True
+    if any(state.iterdir()) and not any((state / name).exists() for name in DEVSTACK_MARKERS):
+        print(f"relaunch: {state} does not look like a devstack directory; not deleting it", file=sys.stderr)
+        return False
+    running = _running(state)
+    if running and not _stop(running[0]):
+        print(f"relaunch: devstack (pid {running[0]}) did not stop", file=sys.stderr)
+        return False
+    shutil.rmtree(state)
+    print(f"# devstack state in {state} deleted (--fresh)", file=sys.stderr)
+    return True
 
 
 # Buckets the files in examples/ name, created so that `relaunch submit examples/demo.yaml` runs.
@@ -246,7 +308,7 @@ def _prepare(state: Path, env: dict[str, str]) -> None:
     layer["devstack_dir"] = str(state)
     layer["state_store"] = f"sqlite://{state / CONTROLLER_STATE}"  # state is absolute
     layer["create_subscriptions"] = "true"
-    path = config.write_devstack_layer(layer)
+    path = config.write_devstack_layer(state, layer)
     print(f"# relaunch CLI configured for this devstack ({path})", file=sys.stderr)
 
 
@@ -258,16 +320,22 @@ def _tail(path: Path, lines: int = 30) -> str:
 
 
 def _env(args) -> int:
-    from devstack.control import export_lines
-
-    running = _running(Path(args.dir).resolve())
+    state = Path(args.dir).resolve()
+    running = _running(state)
     if not running:
         print(
             f"relaunch: no devstack running in {args.dir} (start one: relaunch devstack up)", file=sys.stderr
         )
+        sys.stdout.write(FAILED_EVAL)
         return 1
-    sys.stdout.write(export_lines(running[1]))
+    sys.stdout.write(_exports(state, running[1]))
     return 0
+
+
+def _unset_lines(env: dict[str, str] | None) -> str:
+    """What undoes `up`'s export lines in the shell that evaluated them."""
+    names = sorted({*(env or {}), DEVSTACK_DIR_VARIABLE, *DEVSTACK_VARIABLES})
+    return f"unset {' '.join(names)}\n"
 
 
 def _stop(pid: int) -> bool:
@@ -291,9 +359,11 @@ def _stop(pid: int) -> bool:
 
 
 def _down(args) -> int:
-    from devstack.control import ENV_FILE, PID_FILE, devstack_alive, read_run_pid
+    from devstack.control import ENV_FILE, PID_FILE, devstack_alive, read_run_env, read_run_pid
 
     state = Path(args.dir).resolve()
+    found = read_run_env(state)
+    sys.stdout.write(_unset_lines(found[1] if found else None))
     pid = read_run_pid(state)
     if pid is None or not devstack_alive(pid):
         for name in (ENV_FILE, PID_FILE):
@@ -312,11 +382,10 @@ def _down(args) -> int:
 
 
 def _forget(state: Path) -> None:
-    """Remove the CLI's devstack layer if it is this devstack's."""
+    """Remove this devstack's CLI layer (only its own: another checkout's stays)."""
     from controller import userconfig as config
 
-    if config.get("devstack_dir") == str(state):
-        config.remove_devstack_layer()
+    config.remove_devstack_layer(state)
 
 
 def _control(args):
@@ -326,7 +395,9 @@ def _control(args):
     running = _running(Path(args.dir).resolve())
     url = running[1]["RELAUNCH_DEVSTACK_CONTROL"] if running else os.environ.get("RELAUNCH_DEVSTACK_CONTROL")
     if not url:
-        raise RuntimeError(f"no devstack running in {args.dir} and RELAUNCH_DEVSTACK_CONTROL is not set")
+        raise CommandError(
+            f'no devstack is running in {args.dir}; start one with: eval "$(relaunch devstack up)"'
+        )
     return ControlClient(url)
 
 
@@ -343,9 +414,15 @@ def _vertex_name(job: str) -> str:
         return job
     from controller.cli.common import client
 
-    attempts = client().status(job)["attempts"]
+    status = client().status(job)
+    if status["phase"] in ("succeeded", "failed", "cancelled"):
+        raise CommandError(
+            f"{job} has already ended ({status['phase']}); there is nothing to preempt. "
+            'To run it again from the start: eval "$(relaunch devstack up --fresh)"'
+        )
+    attempts = status["attempts"]
     if not attempts or not attempts[-1]["vertexJob"]:
-        raise RuntimeError(f"job {job} has no attempt on Vertex AI yet")
+        raise CommandError(f"{job} has no attempt on Vertex AI yet; try again once it is running")
     return attempts[-1]["vertexJob"]
 
 

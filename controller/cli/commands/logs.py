@@ -10,28 +10,55 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from controller.cli import common as view
+from controller.cli.log_lines import Record, as_json, human, interleave, parse, since_seconds
 from controller.readmodel.printable import printable
 
 EXAMPLE = """\
 Prints what the replicas of one attempt wrote (the latest attempt unless --attempt), every
-line made printable (control characters and escapes are shown, never interpreted).
+replica's lines interleaved by time, each with the replica's name: time, replica, severity,
+message, then the record's other fields. --json prints the raw records instead (one JSON
+object per line, with "replica"). --replica keeps one replica; --tail N the last N lines;
+--since 10m the lines of the last ten minutes. Every string is made printable (control
+characters and escapes are shown, never interpreted).
 
 On devstack (the devstack_dir or devstack_control property is set, as `relaunch devstack up`
 does), reads the replica log files devstack writes: DIR/vertex/<Vertex job id>/<replica>.log.
-Otherwise reads Cloud Logging: resource.type="ml_job", resource.labels.job_id=<Vertex job id>,
-resource.labels.task_name=<replica>, in the project property; needs roles/logging.viewer.
+Otherwise reads Cloud Logging: resource.type="ml_job", resource.labels.job_id=<Vertex job id>
+(and resource.labels.task_name=<replica> with --replica), in the project property; needs
+roles/logging.viewer.
 
 --follow keeps printing new lines until the attempt ends (Ctrl-C stops it at any time).
 
 Example:
   relaunch logs demo-gpt
   relaunch logs demo-gpt --attempt 1 --replica workerpool1-0
+  relaunch logs demo-gpt --tail 20 --since 5m
+  relaunch logs demo-gpt --json | jq 'select(.severity == "WARNING")'
   relaunch logs demo-gpt --follow
 """
 
 # How often --follow looks for new lines; Cloud Logging reads are quota-limited.
 LOCAL_POLL_SECONDS = 0.5
 CLOUD_POLL_SECONDS = 5.0
+# Replica names are short (workerpool0-0); the column is this wide at least.
+REPLICA_COLUMN = 13
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number of lines (got {text!r})") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 (got {text})")
+    return value
+
+
+def _since(text: str) -> float:
+    try:
+        return since_seconds(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error).removeprefix("--since takes ")) from None
 
 
 def register(subparsers) -> None:
@@ -45,8 +72,13 @@ def register(subparsers) -> None:
     parser.add_argument("job_id", metavar="JOB_ID", help="the job's jobId")
     parser.add_argument("--attempt", type=int, metavar="N", help="attempt number (default: the latest)")
     parser.add_argument(
-        "--replica", default="workerpool0-0", help="replica: workerpool<pool>-<index> (default workerpool0-0)"
+        "--replica", default=None, help="only this replica, e.g. workerpool0-0 (default: all)"
     )
+    parser.add_argument("--tail", type=_count, metavar="N", help="only the last N lines")
+    parser.add_argument(
+        "--since", type=_since, metavar="DURATION", help="only lines of the last 30s, 10m, 2h..."
+    )
+    parser.add_argument("--json", action="store_true", help="the raw records, one JSON object per line")
     parser.add_argument("--follow", "-f", action="store_true", help="keep printing until the attempt ends")
     parser.set_defaults(handler=run)
 
@@ -82,23 +114,61 @@ def _run(args: argparse.Namespace) -> int:
 
     directory = devstack_dir()
     if directory is not None:
-        lines = local_lines(directory / "vertex" / vertex_id / f"{args.replica}.log", args.follow, ended)
+        folder = directory / "vertex" / vertex_id
+        replicas = _local_replicas(folder, args.replica, f"attempt {attempt['number']} of {args.job_id}")
+        batches = local_batches(folder, replicas, args.follow, ended)
     else:
         from controller import userconfig as config
 
-        lines = cloud_lines(
+        batches = cloud_batches(
             config.require("project"),
             vertex_id,
             args.replica,
             args.follow,
             ended,
-            float(config.get("rpc_timeout_seconds")),
+            config.seconds("rpc_timeout_seconds"),
         )
-    for line in lines:
-        sys.stdout.write(printable(line.rstrip("\n"), keep_tabs=True) + "\n")
+    _print(batches, args)
+    return view.EXIT_OK
+
+
+def _print(batches: Iterator[list[Record]], args: argparse.Namespace) -> None:
+    """The first batch is everything so far (--since and --tail apply to it); with --follow,
+    each later batch is what was written since."""
+    from collections import deque
+
+    oldest = time.time() - args.since if args.since is not None else None
+    first = True
+    for batch in batches:
+        if oldest is not None:
+            batch = [r for r in batch if r.time is None or r.time >= oldest]
+        if first and args.tail is not None:
+            batch = list(deque(batch, maxlen=args.tail))
+        first = False
+        width = max([REPLICA_COLUMN, *(len(r.replica) for r in batch)])
+        for record in batch:
+            sys.stdout.write((as_json(record) if args.json else human(record, width)) + "\n")
         if args.follow:
             sys.stdout.flush()
-    return view.EXIT_OK
+
+
+def _local_replicas(folder: Path, wanted: str | None, what: str) -> list[str]:
+    existing = sorted(path.stem for path in folder.glob("*.log")) if folder.is_dir() else []
+    if wanted is None:
+        if not existing:
+            raise view.CommandError(f"{what} has written no logs yet (nothing in {folder})")
+        return existing
+    if wanted not in existing:
+        from controller.cli.suggest import closest
+
+        hint = closest(wanted, existing)
+        listed = ", ".join(existing) or "none yet"
+        raise view.CommandError(
+            f"{what} has no replica {printable(wanted)!r}"
+            + (f"; did you mean {hint!r}?" if hint else "")
+            + f" (its replicas: {listed})"
+        )
+    return [wanted]
 
 
 def devstack_dir() -> Path | None:
@@ -116,33 +186,43 @@ def devstack_dir() -> Path | None:
     return None
 
 
-def local_lines(path: Path, follow: bool, ended) -> Iterator[str]:
-    if not path.exists() and not follow:
-        raise view.CommandError(
-            f"no log file {path} (is --replica right? replicas: workerpool<pool>-<index>)"
-        )
-    position = 0
+def local_batches(folder: Path, replicas: list[str], follow: bool, ended) -> Iterator[list[Record]]:
+    """Each look at the replicas' files: the complete lines written since the last look, of
+    every replica, interleaved by time."""
+    readers = {name: _FileTail(folder / f"{name}.log") for name in replicas}
     while True:
         # Decide whether this is the last read before reading, so no line written in between
         # is lost: once the attempt has ended its replicas write nothing more.
         last = not follow or ended()
-        if path.exists():
-            with open(path, encoding="utf-8", errors="replace") as handle:
-                handle.seek(position)
-                chunk = handle.read()
-                # Hold back a partial last line until its newline arrives.
-                complete = chunk if last else chunk[: chunk.rfind("\n") + 1]
-                position += len(complete.encode("utf-8", errors="replace"))
-                yield from complete.splitlines()
+        yield interleave(
+            {name: [parse(name, line) for line in tail.read(last)] for name, tail in readers.items()}
+        )
         if last:
             return
-        time.sleep(LOCAL_POLL_SECONDS)  # polling a file another process appends to
+        time.sleep(LOCAL_POLL_SECONDS)  # polling files another process appends to
 
 
-def cloud_lines(
-    project: str, vertex_id: str, replica: str, follow: bool, ended, timeout: float
-) -> Iterator[str]:
-    """Lines from Cloud Logging, oldest first; with `follow`, new ones until the attempt ends."""
+class _FileTail:
+    def __init__(self, path: Path):
+        self.path = path
+        self.position = 0
+
+    def read(self, last: bool) -> list[str]:
+        if not self.path.exists():
+            return []
+        with open(self.path, encoding="utf-8", errors="replace") as handle:
+            handle.seek(self.position)
+            chunk = handle.read()
+        # Hold back a partial last line until its newline arrives.
+        complete = chunk if last else chunk[: chunk.rfind("\n") + 1]
+        self.position += len(complete.encode("utf-8", errors="replace"))
+        return complete.splitlines()
+
+
+def cloud_batches(
+    project: str, vertex_id: str, replica: str | None, follow: bool, ended, timeout: float
+) -> Iterator[list[Record]]:
+    """Records from Cloud Logging, oldest first; with `follow`, new ones until the attempt ends."""
     from google.api_core import exceptions as gexc
     from google.api_core.retry import Retry, if_exception_type
     from google.cloud.logging_v2.services.logging_service_v2 import LoggingServiceV2Client
@@ -152,10 +232,9 @@ def cloud_lines(
         predicate=if_exception_type(gexc.ServiceUnavailable, gexc.DeadlineExceeded, gexc.ResourceExhausted),
         timeout=timeout * 3,
     )
-    base = (
-        f'resource.type="ml_job" AND resource.labels.job_id="{vertex_id}" '
-        f'AND resource.labels.task_name="{replica}"'
-    )
+    base = f'resource.type="ml_job" AND resource.labels.job_id="{vertex_id}"'
+    if replica is not None:
+        base += f' AND resource.labels.task_name="{replica}"'
     seen: set[str] = set()
     newest = None
     while True:
@@ -166,12 +245,15 @@ def cloud_lines(
             retry=retry,
             timeout=timeout,
         )
+        batch = []
         for entry in pager:
             if entry.insert_id in seen:
                 continue
             seen.add(entry.insert_id)
             newest = entry.timestamp.isoformat() if entry.timestamp else newest
-            yield _entry_text(entry)
+            name = entry.resource.labels.get("task_name", replica or "?")
+            batch.append(parse(name, _entry_text(entry)))
+        yield batch
         if last:
             return
         time.sleep(CLOUD_POLL_SECONDS)
@@ -182,5 +264,7 @@ def _entry_text(entry) -> str:
         return entry.text_payload
     payload = entry.json_payload
     if payload:
-        return str(payload.get("message") or dict(payload))
+        import json
+
+        return json.dumps(dict(payload), default=str)
     return ""

@@ -15,11 +15,47 @@ Reads the controller's state store (the state_store property: RELAUNCH_STATE_STO
 every attempt it made, how each ended (and the classifier rule that decided), the checkpoint
 step it resumed from and the one it left. Exit status 1 if there is no such job.
 
+Lines fit 100 columns (or the terminal's width): columns that matter least go first, long
+cells are cut; --wide shows everything. The last line says when the controller was last seen
+(its heartbeat in the state store). --phase keeps the jobs in the given phases; --watch prints
+again whenever something changes, until every job shown has ended (Ctrl-C stops it sooner).
+--json times are RFC 3339 (UTC).
+
 Example:
   relaunch status
-  relaunch status demo-gpt
+  relaunch status --phase running,backing_off
+  relaunch status demo-gpt --watch
   relaunch status demo-gpt --json | jq .attempts
 """
+
+PHASES = (
+    "accepted",
+    "submitting",
+    "queued",
+    "running",
+    "backing_off",
+    "cancelling",
+    "succeeded",
+    "failed",
+    "cancelled",
+)
+ENDED = ("succeeded", "failed", "cancelled")
+WATCH_POLL_SECONDS = 2.0
+
+
+def _phases(text: str) -> frozenset[str]:
+    wanted = frozenset(part.strip() for part in text.split(",") if part.strip())
+    unknown = sorted(wanted - set(PHASES))
+    if unknown:
+        from controller.cli.suggest import closest
+
+        hint = closest(unknown[0], list(PHASES))
+        raise argparse.ArgumentTypeError(
+            f"unknown phase {unknown[0]!r}"
+            + (f"; did you mean {hint!r}?" if hint else "")
+            + f" (phases: {', '.join(PHASES)})"
+        )
+    return wanted
 
 
 def register(subparsers) -> None:
@@ -34,6 +70,19 @@ def register(subparsers) -> None:
     parser.add_argument(
         "--json", action="store_true", help="print the JSON document (the one job, or a list of all jobs)"
     )
+    parser.add_argument("--wide", action="store_true", help="every column, however wide the lines get")
+    parser.add_argument(
+        "--phase",
+        type=_phases,
+        metavar="PHASE[,PHASE]",
+        help="only jobs in these phases (e.g. running,failed)",
+    )
+    parser.add_argument(
+        "--watch",
+        "-w",
+        action="store_true",
+        help="print again on every change until the jobs shown have ended",
+    )
     parser.set_defaults(handler=run)
 
 
@@ -42,29 +91,55 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    import sys
+
     client = view.client()
+    shown = None
+    while True:
+        text, jobs = _render(client, args)
+        if text != shown:
+            if shown is not None and sys.stdout.isatty():
+                sys.stdout.write("\x1b[H\x1b[2J")  # a fresh screen, like `watch`
+            elif shown is not None:
+                print()
+            print(text, flush=True)
+            shown = text
+        if not args.watch or all(job["phase"] in ENDED for job in jobs):
+            return 0
+        time.sleep(WATCH_POLL_SECONDS)  # polling the store: nothing tells the CLI of changes
+
+
+def _render(client, args: argparse.Namespace) -> tuple[str, list[dict]]:
+    """What one look at the store prints, and the jobs it showed."""
     now = time.time()
+    width = view.columns(args.wide)
     if args.job_id:
         status = client.status(args.job_id, timeline=args.json)
         if args.json:
-            view.print_json(status)
-        else:
-            print(describe_job(status, now))
-        return 0
-    jobs = client.status()
+            return view.json_text(status), [status]
+        return describe_job(status, now, width, controller=controller_line(client, now)), [status]
+    jobs = [job for job in client.status() if not args.phase or job["phase"] in args.phase]
     if args.json:
-        view.print_json(jobs)
-        return 0
+        return view.json_text(jobs), jobs
     if not jobs:
-        print("no jobs")
-        return 0
+        none = "no jobs" if not args.phase else f"no jobs in phase {', '.join(sorted(args.phase))}"
+        return none + "\n" + controller_line(client, now), jobs
     rows = [_row(job, now) for job in jobs]
-    print(
-        view.table(
-            ["JOB", "PHASE", "ATTEMPT", "PREEMPTIONS", "FAILURES", "CHECKPOINT", "AGE", "GOODPUT"], rows
-        )
-    )
-    return 0
+    headers = ["JOB", "PHASE", "ATTEMPT", "PREEMPTIONS", "FAILURES", "CHECKPOINT", "AGE", "GOODPUT"]
+    return view.fitted_table(headers, rows, width) + "\n" + controller_line(client, now), jobs
+
+
+def controller_line(client, now: float) -> str:
+    """The controller's last sign of life: its heartbeat in the state store."""
+    from controller.store.heartbeat import is_fresh
+
+    beat = client.controller_heartbeat()
+    if beat is None:
+        return "controller: none has run against this state store (start one: relaunch controller)"
+    seen = f"{view.age(beat['time'], now)} ago ({printable(beat.get('holder', '?'))})"
+    if is_fresh(beat, now):
+        return f"controller: running, last seen {seen}"
+    return f"controller: NOT RUNNING, last seen {seen} (start one: relaunch controller)"
 
 
 def _ratio(job: dict) -> str:
@@ -85,7 +160,7 @@ def _row(job: dict, now: float) -> list[str]:
     ]
 
 
-def describe_job(doc: dict, now: float) -> str:
+def describe_job(doc: dict, now: float, width: int | None = None, *, controller: str | None = None) -> str:
     """The one-job page: summary lines, then one row per attempt. Every string that came from
     the request or from Vertex goes through `printable`."""
     from controller.readmodel.goodput import compute
@@ -101,18 +176,20 @@ def describe_job(doc: dict, now: float) -> str:
         f"checkpoint:  step {view.dash(doc['latestCheckpointStep'])} under {printable(doc['checkpointUri'])}",
         f"goodput:     {compute(doc, now).summary()}",
     ]
+    if controller:
+        lines.append(f"controller:  {controller.removeprefix('controller: ')}")
     if doc.get("elastic"):
         lines.append(f"size:        {_size_line(doc)}")
     if doc["nextAttemptAt"] and doc["phase"] == "backing_off":
         lines.append(f"next:        attempt at {view.utc(doc['nextAttemptAt'])} UTC")
     if not doc["attempts"]:
-        return "\n".join(lines + ["", "no attempts yet"])
+        return "\n".join(_wrapped(lines, width) + ["", "no attempts yet"])
     rows = [
         [
             str(a["number"]),
             view.dash(a["vertexJob"] and a["vertexJob"].rsplit("/", 1)[-1]),
-            view.utc(a["startedAt"]),
-            view.utc(a["endedAt"]),
+            _when(a["startedAt"], width),
+            _when(a["endedAt"], width),
             f"{a['ending']} ({a['rule']})" if a["ending"] else (a["vertexState"] or "requested"),
             view.dash(a["resumeFromStep"]),
             "unknown" if a.get("progressUnknown") else view.dash(a["checkpointStepAtEnd"]),
@@ -132,7 +209,33 @@ def describe_job(doc: dict, now: float) -> str:
         "CKPT EVERY",
         "REPLICAS",
     ]
-    return "\n".join(lines + ["", view.table(headers, rows), *interval_lines(doc["attempts"])])
+    # Narrow terminals lose the columns that matter least first (the Vertex job is in --json).
+    attempts = view.fitted_table(
+        headers, rows, width, droppable=("VERTEX JOB",), when_empty=("CKPT EVERY", "REPLICAS")
+    )
+    return "\n".join(
+        _wrapped(lines, width) + ["", attempts, *_wrapped(interval_lines(doc["attempts"]), width)]
+    )
+
+
+def _when(seconds: float | None, width: int | None) -> str:
+    """A UTC time; without its year when the page must fit a width (the year is on `created:`)."""
+    text = view.utc(seconds)
+    if width is not None and len(text) == 19 and text[:4].isdigit():
+        return text[5:]
+    return text
+
+
+def _wrapped(lines: list[str], width: int | None) -> list[str]:
+    """Long summary lines folded under their value's column (13), to fit `width`."""
+    import textwrap
+
+    if width is None:
+        return lines
+    out = []
+    for line in lines:
+        out.extend(textwrap.wrap(line, width, subsequent_indent=" " * 13) if len(line) > width else [line])
+    return out
 
 
 def _replicas_cell(attempt: dict) -> str:

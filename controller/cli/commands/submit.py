@@ -42,6 +42,9 @@ def register(subparsers) -> None:
     parser.add_argument(
         "--no-verdict", action="store_true", help="publish and return at once, without waiting for a verdict"
     )
+    parser.add_argument(
+        "--json", action="store_true", help="print the verdict (and with --wait the final status) as JSON"
+    )
     add_wait_options(parser)
     add_local_option(parser)
     parser.set_defaults(handler=run)
@@ -59,13 +62,85 @@ def run(args: argparse.Namespace) -> int:
     return view.guarded("submit the request", lambda: _submit(args, request))
 
 
+def _say_if_no_controller(client) -> None:
+    """At once, before waiting for a verdict that may never come."""
+    if client.store_exists() and client.controller_alive():
+        return
+    print(
+        f"{view.PROG}: note: {controller_line(client)} on {client.state_store}; the verdict waits for "
+        "one (`relaunch controller` starts it)",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+def controller_line(client) -> str:
+    """The controller's last sign of life, as a phrase."""
+    import time
+
+    beat = client.controller_heartbeat()
+    if beat is None:
+        return "no controller has run yet"
+    return f"no controller seen for {view.age(beat['time'], time.time())} (last: {printable(beat['holder'])})"
+
+
+def unchanged_text(client, job_id: str, phase: str | None) -> str:
+    """kubectl's `unchanged`: the same request was accepted before; where that job is now."""
+    job = printable(job_id)
+    if phase not in ("succeeded", "failed", "cancelled"):
+        return f"{job} unchanged: this request was accepted before and the job is {phase}"
+    status = client.status(job_id)
+    reason = f" ({printable(status['terminalReason'])})" if status.get("terminalReason") else ""
+    how = (
+        "to run it again, submit it under a new jobId (with a new checkpoint.uri to start from "
+        'step 0), or on devstack start over: eval "$(relaunch devstack up --fresh)"'
+    )
+    return (
+        f"{job} unchanged: this request already ran and {phase}{reason} after "
+        f"{status['attempt']} attempt(s); {how}"
+    )
+
+
+def _as_json(client, args: argparse.Namespace, verdict) -> int:
+    """The verdict as one JSON document (with --wait: and the job's final status)."""
+    document: dict = {
+        "jobId": verdict.job_id,
+        "outcome": verdict.outcome,
+        "messageId": verdict.message_id,
+        "reasons": verdict.reasons,
+        "phase": verdict.phase,
+    }
+    status = view.EXIT_OK if verdict.accepted or verdict.outcome == "published" else view.EXIT_ERROR
+    if args.wait and status == view.EXIT_OK:
+        status = follow(client, verdict.job_id, timeout=args.timeout, poll=args.poll, quiet=True)
+        document["status"] = client.status(verdict.job_id)
+    view.print_json(document)
+    return status
+
+
 def _submit(args: argparse.Namespace, request) -> int:
     overrides = {}
     if args.timeout is not None:
         overrides["verdict_seconds"] = args.timeout
     client = view.client(**overrides)
     job_id = request.job_id
+    if not args.no_verdict and not args.json:
+        _say_if_no_controller(client)
     verdict = client.submit(request.to_json(), wait_for_verdict=not args.no_verdict, allow_local=args.local)
+    if args.json:
+        return _as_json(client, args, verdict)
+    if verdict.outcome == "unchanged":
+        print(unchanged_text(client, job_id, verdict.phase), flush=True)
+        if not args.wait:
+            return view.EXIT_OK
+        return follow(client, job_id, timeout=args.timeout, poll=args.poll)
+    if verdict.outcome == "no controller":
+        return view.fail(
+            f"published {job_id} (message {verdict.message_id}), but no controller is running against "
+            f"{client.state_store}: {controller_line(client)}. The request waits in the queue; "
+            "start one with `relaunch controller`",
+            view.EXIT_ERROR,
+        )
     if verdict.outcome == "published":
         print(f"submitted {job_id} (message {verdict.message_id})", flush=True)
         if not args.wait:
@@ -88,6 +163,7 @@ def _submit(args: argparse.Namespace, request) -> int:
         )
     else:
         print(f"accepted {job_id} (message {verdict.message_id})", flush=True)
+
     if not args.wait:
         return view.EXIT_OK
     return follow(client, job_id, timeout=args.timeout, poll=args.poll)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from controller.cli import common as view
 from controller.cli.request_files import add_local_option, load_request_file, report_problems
 
 EXAMPLE = """\
@@ -26,17 +27,31 @@ def register(subparsers) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("files", nargs="+", metavar="FILE", help="request file, or - for stdin")
+    parser.add_argument(
+        "--json", action="store_true", help='print [{"file", "valid", "problems": [{"field", "reason"}]}]'
+    )
     add_local_option(parser)
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     status = 0
+    results = []
     for path in args.files:
         _, problems = load_request_file(path, allow_local=args.local)
+        results.append(
+            {
+                "file": path,
+                "valid": not problems,
+                "problems": [{"field": p.field, "reason": p.reason} for p in problems],
+            }
+        )
         if problems:
-            report_problems(path, problems)
             status = 2
-        else:
+            if not args.json:
+                report_problems(path, problems)
+        elif not args.json:
             print(f"{path}: ok")
+    if args.json:
+        view.print_json(results)
     return status

@@ -6,11 +6,13 @@ import argparse
 
 from controller.cli import common as view
 from controller.cli.following import EXIT_TIMEOUT, add_wait_options, follow
+from controller.readmodel.printable import printable
 
 EXAMPLE = """\
 Follows a job in the state store (a live line on a terminal, one line per change when piped)
 until it ends (the default), until an attempt runs (--for running), or until a checkpoint
-is committed (--for checkpoint). Exit status: 0 when that happened (for `end`: the job
+is committed (--for checkpoint: read from the checkpoint root itself at every poll, so it
+returns at the first commit marker, before the controller's next look records it). Exit status: 0 when that happened (for `end`: the job
 succeeded), 1 when the job failed, was cancelled or does not exist, 124 after --timeout.
 
 Example:
@@ -18,12 +20,32 @@ Example:
   relaunch wait demo-gpt --timeout 3600
 """
 
-CONDITIONS = {
-    "running": lambda s: s["phase"] == "running" or s["phase"] in ("succeeded", "failed", "cancelled"),
-    "checkpoint": lambda s: (
-        s["latestCheckpointStep"] is not None or s["phase"] in ("succeeded", "failed", "cancelled")
-    ),
-}
+ENDED = ("succeeded", "failed", "cancelled")
+
+
+def _running(status: dict) -> bool:
+    return status["phase"] == "running" or status["phase"] in ENDED
+
+
+def checkpoint_committed(client):
+    """The `until` of --for checkpoint: the controller has recorded one, or, while an attempt
+    runs, storage already holds a committed one newer than the step the attempt resumed from."""
+
+    def committed(status: dict) -> bool:
+        if status["latestCheckpointStep"] is not None or status["phase"] in ENDED:
+            return True
+        if status["phase"] != "running":
+            return False
+        step = client.committed_checkpoint_step(status["checkpointUri"])
+        if step is None:
+            return False
+        resumed = status["attempts"][-1].get("resumeFromStep") if status["attempts"] else None
+        if resumed is not None and step <= resumed:
+            return False
+        status["latestCheckpointStep"] = step  # what the progress line and the caller show
+        return True
+
+    return committed
 
 
 def register(subparsers) -> None:
@@ -42,6 +64,9 @@ def register(subparsers) -> None:
         default="end",
         help="what to wait for",
     )
+    parser.add_argument(
+        "--json", action="store_true", help="no progress lines; print the last status as JSON"
+    )
     add_wait_options(parser)
     parser.set_defaults(handler=run)
 
@@ -53,17 +78,25 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     client = view.client()
     if args.condition == "end":
-        return follow(client, args.job_id, timeout=args.timeout, poll=args.poll, must_exist=True)
+        status = follow(
+            client, args.job_id, timeout=args.timeout, poll=args.poll, must_exist=True, quiet=args.json
+        )
+        if args.json:
+            view.print_json(client.status(args.job_id))
+        return status
+    import io
+
     from controller.cli.progress import Progress
     from controller.client import WaitTimeout
 
-    progress = Progress()
+    progress = Progress(io.StringIO() if args.json else None)
+    until = _running if args.condition == "running" else checkpoint_committed(client)
     try:
         status = client.wait(
             args.job_id,
             timeout=args.timeout,
             poll=args.poll,
-            until=CONDITIONS[args.condition],
+            until=until,
             on_change=progress,
             appear_within=0,
         )
@@ -72,4 +105,11 @@ def _run(args: argparse.Namespace) -> int:
         return EXIT_TIMEOUT
     finally:
         progress.done()
+    if args.json:
+        view.print_json(status)
+    elif args.condition == "checkpoint" and status["latestCheckpointStep"] is not None:
+        print(
+            f"{printable(args.job_id)}: checkpoint step {status['latestCheckpointStep']} committed",
+            flush=True,
+        )
     return view.EXIT_ERROR if status["phase"] in ("failed", "cancelled") else view.EXIT_OK

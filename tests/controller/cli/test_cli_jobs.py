@@ -110,10 +110,12 @@ def test_submit_publishes_the_canonical_request(devstack, tmp_path, requests_top
     assert sent["restartPolicy"]["backoff"]["maxSeconds"] == 0.5  # the canonical form, defaults written
 
 
-def test_cancel_publishes_a_cancel_request(finished_job, requests_topic, capsys):
-    assert main(["cancel", finished_job, "--no-verdict"]) == 0
-    assert f"cancel requested for {finished_job}" in capsys.readouterr().out
-    assert json.loads(pull_one(requests_topic)) == {"jobId": finished_job, "action": "cancel"}
+def test_cancel_publishes_a_cancel_request(devstack, bucket, make_engine, state_env, requests_topic, capsys):
+    job_id = f"cli-live-{uuid.uuid4().hex[:6]}"
+    accept(make_engine(), request(job_id, bucket, args=["--steps", "6", "--every", "3"]), {})
+    assert main(["cancel", job_id, "--no-verdict"]) == 0
+    assert f"cancel requested for {job_id}" in capsys.readouterr().out
+    assert json.loads(pull_one(requests_topic)) == {"jobId": job_id, "action": "cancel"}
 
 
 def test_submit_wait_follows_the_job_to_success(
@@ -168,7 +170,8 @@ def test_unreachable_pubsub_is_one_line_and_exit_1(devstack, tmp_path, monkeypat
     job = tmp_path / "job.json"
     job.write_text(request("cli-down", "bucket").decode())
     assert main(["submit", str(job)]) == 1
-    err = capsys.readouterr().err.splitlines()
+    # No controller runs against this store: a note says so first; then the error, one line.
+    err = [line for line in capsys.readouterr().err.splitlines() if not line.startswith("relaunch: note:")]
     assert len(err) == 1
     assert err[0].startswith("relaunch: error: cannot submit the request (")
 
@@ -178,3 +181,227 @@ def test_status_without_a_state_store_says_where_it_looked(devstack, tmp_path, m
     assert main(["status"]) == 1
     err = capsys.readouterr().err
     assert "no state store at" in err and len(err.splitlines()) == 1
+
+
+# ---- a newcomer's second run, and the controller's sign of life --------------------------------
+
+
+def test_submitting_a_finished_jobs_request_again_says_unchanged_and_how_to_rerun(
+    finished_job, bucket, requests_topic, tmp_path, capsys
+):
+    job = tmp_path / "again.json"
+    job.write_text(request(finished_job, bucket, args=["--steps", "6", "--every", "3"]).decode())
+    assert main(["submit", str(job)]) == 0
+    out = capsys.readouterr().out
+    assert f"{finished_job} unchanged: this request already ran and succeeded" in out
+    assert "new jobId" in out and "--fresh" in out
+    # Nothing was published: the controller would only have said "accepted" to nobody.
+    response = pubsub_v1.SubscriberClient().pull(subscription=requests_topic, max_messages=1, timeout=3)
+    assert not response.received_messages
+
+
+def test_cancel_of_an_ended_job_exits_1_saying_how_it_ended(finished_job, requests_topic, capsys):
+    assert main(["cancel", finished_job]) == 1
+    err = capsys.readouterr().err
+    assert f"{finished_job} has already ended, succeeded" in err and "nothing to cancel" in err
+    response = pubsub_v1.SubscriberClient().pull(subscription=requests_topic, max_messages=1, timeout=3)
+    assert not response.received_messages
+
+
+def test_json_has_rfc3339_times_and_every_event_a_kind(finished_job, capsys):
+    from controller.readmodel.jobs import EVENT_KINDS
+
+    assert main(["events", finished_job, "--json"]) == 0
+    entries = json.loads(capsys.readouterr().out)
+    assert all(e["kind"] in EVENT_KINDS and e["kind"] != "note" for e in entries), entries
+    assert {
+        "accepted",
+        "attempt-requested",
+        "attempt-running",
+        "attempt-ended",
+        "checkpoint",
+        "job-ended",
+    } <= {e["kind"] for e in entries}
+    assert all(e["time"].endswith("Z") and e["time"][10] == "T" for e in entries)
+    assert main(["status", finished_job, "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["createdAt"].endswith("Z") and document["attempts"][0]["endedAt"].endswith("Z")
+
+
+def test_status_filters_by_phase_and_watch_ends_with_the_jobs(finished_job, capsys):
+    assert main(["status", "--phase", "running"]) == 0
+    assert capsys.readouterr().out.startswith("no jobs in phase running")
+    assert main(["status", "--phase", "succeeded,failed"]) == 0
+    assert finished_job in capsys.readouterr().out
+    assert main(["status", "--phase", "runing"]) == 2
+    assert "did you mean 'running'?" in capsys.readouterr().err
+    # Every job shown has ended: --watch prints once and returns.
+    assert main(["status", finished_job, "--watch"]) == 0
+    assert capsys.readouterr().out.count("phase:       succeeded") == 1
+
+
+def test_status_fits_100_columns_unless_wide(finished_job, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "100")
+    assert main(["status", finished_job]) == 0
+    narrow = capsys.readouterr().out.splitlines()
+    assert max(len(line) for line in narrow) <= 100, narrow
+    assert main(["status", finished_job, "--wide"]) == 0
+    wide = capsys.readouterr().out
+    assert "VERTEX JOB" in wide and "CKPT EVERY" in wide
+
+
+def test_status_shows_the_controllers_last_sign_of_life(finished_job, tmp_path, capsys):
+    import time
+
+    from controller.store.heartbeat import Heartbeat
+    from controller.store.sqlite import SqliteStateStore
+
+    assert main(["status"]) == 0
+    assert "controller: none has run against this state store" in capsys.readouterr().out
+    store = SqliteStateStore(str(tmp_path / "state.db"))
+    Heartbeat(store, "host-7", every_seconds=10).beat(time.time())
+    assert main(["status", finished_job]) == 0
+    assert "controller:  running, last seen 0s ago (host-7)" in capsys.readouterr().out
+    Heartbeat(store, "host-7", every_seconds=10).beat(time.time() - 600)
+    assert main(["status"]) == 0
+    assert "controller: NOT RUNNING, last seen 10m00s ago (host-7)" in capsys.readouterr().out
+
+
+def test_submit_says_at_once_that_no_controller_runs_and_stops_waiting(
+    finished_job, bucket, requests_topic, tmp_path, capsys
+):
+    from controller.client import Client
+
+    clock = [0.0]
+
+    def sleep(seconds: float) -> None:
+        clock[0] += seconds
+
+    client = Client(
+        state_store=f"sqlite://{tmp_path / 'state.db'}",
+        requests_topic=requests_topic.replace("/subscriptions/", "/topics/").removesuffix("-read"),
+        verdict_seconds=60,
+        sleep=sleep,
+        clock=lambda: clock[0],
+    )
+    assert not client.controller_alive()
+    verdict = client.submit(request("nobody-home", bucket).decode())
+    assert verdict.outcome == "no controller"
+    assert clock[0] < 20  # not the whole minute of verdict_seconds
+    # The CLI says so before it waits.
+    job = tmp_path / "lonely.json"
+    job.write_text(request("nobody-home-2", bucket).decode())
+    assert main(["submit", str(job), "--timeout", "1"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("relaunch: note: no controller has run yet on ")
+
+
+@pytest.fixture
+def replica_logs(finished_job, tmp_path, monkeypatch):
+    """Log files as devstack writes them for the finished job's attempt: two replicas, JSON
+    lines from the trainer, one plain traceback line."""
+    from datetime import UTC, datetime, timedelta
+
+    from controller.client import Client
+
+    vertex_job = Client.from_config().status(finished_job)["attempts"][-1]["vertexJob"]
+    folder = tmp_path / "ds" / "vertex" / vertex_job.rsplit("/", 1)[-1]
+    folder.mkdir(parents=True)
+    now = datetime.now(UTC)
+
+    def line(seconds_ago: float, message: str, **extra) -> str:
+        when = (now - timedelta(seconds=seconds_ago)).isoformat().replace("+00:00", "Z")
+        return json.dumps({"message": message, "severity": "INFO", "time": when, **extra}) + "\n"
+
+    (folder / "workerpool0-0.log").write_text(
+        line(7200, "launching") + line(30, "step", step=10) + "Traceback (most recent call last):\n"
+    )
+    (folder / "workerpool1-0.log").write_text(line(40, "joined") + line(20, "step", step=11))
+    monkeypatch.setenv("RELAUNCH_DEVSTACK_DIR", str(tmp_path / "ds"))
+    return finished_job
+
+
+def test_logs_interleave_every_replica_as_human_lines(replica_logs, capsys):
+    assert main(["logs", replica_logs]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    said = [(line.split()[1], line.split()[3]) for line in lines if line[:1].isdigit()]
+    assert said == [
+        ("workerpool0-0", "launching"),
+        ("workerpool1-0", "joined"),
+        ("workerpool0-0", "step"),
+        ("workerpool1-0", "step"),
+    ]
+    assert "step=10" in lines[2] and lines[4].split()[2] == "INFO"
+    # A line without a time stays after the line its replica wrote before it.
+    assert lines[3].split() == ["workerpool0-0", "Traceback", "(most", "recent", "call", "last):"]
+    assert not any(line.startswith("{") for line in lines)
+
+
+def test_logs_json_tail_and_since(replica_logs, capsys):
+    assert main(["logs", replica_logs, "--json", "--tail", "2"]) == 0
+    records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(r["replica"], r["message"]) for r in records] == [
+        ("workerpool0-0", "Traceback (most recent call last):"),
+        ("workerpool1-0", "step"),
+    ]
+    assert main(["logs", replica_logs, "--since", "1m", "--replica", "workerpool0-0"]) == 0
+    out = capsys.readouterr().out
+    assert "launching" not in out and "step=10" in out and "workerpool1-0" not in out
+
+
+def test_logs_of_a_replica_that_does_not_exist_lists_those_that_do(replica_logs, capsys):
+    assert main(["logs", replica_logs, "--replica", "workerpool2-0"]) == 1
+    err = capsys.readouterr().err
+    assert "has no replica 'workerpool2-0'" in err
+    assert "its replicas: workerpool0-0, workerpool1-0" in err
+
+
+def test_wait_for_checkpoint_returns_at_the_first_commit_marker(
+    devstack, bucket, make_engine, state_env, capsys
+):
+    """The controller records checkpoints only when it looks; `wait --for checkpoint` reads the
+    commit markers itself, so it returns while the stored job still shows none."""
+    from tests.support.daemon import cancel_vertex_jobs
+
+    job_id = f"cli-ckpt-{uuid.uuid4().hex[:6]}"
+    engine = make_engine()
+    body = request(job_id, bucket, args=["--steps", "100000", "--every", "40", "--step-seconds", "0.05"])
+    accept(engine, body, {})
+    drive(engine, job_id, lambda doc: doc["phase"] == "running")
+    try:
+        assert main(["wait", job_id, "--for", "checkpoint", "--timeout", "60", "--poll", "0.2"]) == 0
+        out = capsys.readouterr().out
+        assert f"{job_id}: checkpoint step " in out and "committed" in out
+        assert job_document(engine, job_id)["latestCheckpointStep"] is None
+    finally:
+        cancel_vertex_jobs(devstack, {job_id})
+
+
+def test_cancel_wait_follows_the_job_until_it_is_cancelled(
+    devstack, bucket, make_engine, state_env, requests_topic, capsys
+):
+    job_id = f"cli-cw-{uuid.uuid4().hex[:6]}"
+    engine = make_engine()
+    accept(engine, request(job_id, bucket, args=["--steps", "100000", "--step-seconds", "0.05"]), {})
+    drive(engine, job_id, lambda doc: doc["phase"] == "running")
+    stop = threading.Event()
+
+    def controller():  # takes the cancel off the topic and runs the loop, as the daemon would
+        accept(engine, pull_one(requests_topic))
+        while not stop.is_set() and not terminal(job_document(engine, job_id)):
+            engine.fire_due_timers()
+            engine.reconcile()
+            engine.timers.wait(0.1)
+
+    worker = threading.Thread(target=controller, daemon=True)
+    worker.start()
+    try:
+        code = main(["cancel", job_id, "--wait", "--timeout", "60", "--poll", "0.2"])
+    finally:
+        stop.set()
+        worker.join(timeout=30)
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert f"cancel requested for {job_id}" in out
+    assert f"{job_id}: cancelled" in out
+    assert job_document(engine, job_id)["phase"] == "cancelled"

@@ -166,3 +166,31 @@ def test_status_page_in_chromium_shows_the_preemption_and_the_resumed_attempt(
         assert shot.stat().st_size > 10_000
     finally:
         controller.stop()
+
+
+def test_the_page_reloads_while_a_job_can_change_and_says_why_jobs_ended():
+    live = _document("live", "live")
+    ended = {
+        **_document("ended", "ended"),
+        "phase": "failed",
+        "terminalReason": "user error: exit 1 (bad flag)",
+    }
+    app = _App([live, ended])
+    _, index = status_page.render("/", app, now=200.0)
+    assert "http-equiv='refresh'" in index
+    assert "user error: exit 1 (bad flag)" in index  # the reason, in the list
+    assert "attempt 1 preempted" in index  # and how the live job's last attempt ended
+    _, live_page = status_page.render("/jobs/live", app, now=200.0)
+    assert "http-equiv='refresh'" in live_page
+    _, ended_page = status_page.render("/jobs/ended", _App([ended]), now=200.0)
+    assert "http-equiv='refresh'" not in ended_page
+    # What the page calls the job's duration is its duration, from request to end (or now).
+    assert "job age" not in ended_page and "duration 50s (request to end)" in ended_page
+
+
+def test_each_attempt_links_to_its_logs():
+    _, html = status_page.render("/jobs/logs", _App([_document("logs", "n")]), now=200.0)
+    assert "https://console.cloud.google.com/logs/query;query=" in html
+    assert "customJobs" not in html.split("logs/query;query=")[1].split("'")[0]
+    assert "resource.labels.job_id%3D%227%22" in html and "?project=p" in html
+    assert "relaunch logs logs --attempt 1" in html
