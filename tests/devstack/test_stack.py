@@ -207,7 +207,9 @@ def test_relaunch_devstack_up_env_down_in_the_background(tmp_path, relaunch, mon
     up = relaunch("devstack", "up", "--dir", str(state))
     assert up.returncode == 0, up.stderr
     env = _exports(up.stdout)
-    assert set(env) == CONTRACT_ENV
+    # The CLI adds where the devstack lives, so each shell finds its own config layer.
+    assert set(env) == CONTRACT_ENV | {"RELAUNCH_DEVSTACK_DIR"}
+    assert Path(env["RELAUNCH_DEVSTACK_DIR"]).resolve() == state.resolve()
     try:
         again = relaunch("devstack", "env", "--dir", str(state))
         assert again.returncode == 0 and _exports(again.stdout) == env
