@@ -138,8 +138,8 @@ class AlertSink:
         with self._lock:
             for key in [k for k in self._last_fired if k[0] == job_id]:
                 del self._last_fired[key]
-            for key in [k for k in self._firing if k[0] == job_id]:
-                del self._firing[key]
+            for firing in [k for k in self._firing if k[0] == job_id]:
+                del self._firing[firing]
 
     def tracked_keys(self) -> int:
         """How many cooldown and firing entries are held (for tests and metrics)."""
@@ -234,4 +234,40 @@ class ReconcileHealth:
             streak, self._streak = self._streak, 0
         self._sink.resolve(
             self.KIND, None, "reconcile passes succeed again", details={"failedPassesBefore": streak}
+        )
+
+
+def resolve_for_transition(sink: AlertSink, old: Any, new: Any) -> None:
+    """capacity_wait clears once an attempt runs, or when the job ends (nothing waits any more);
+    running_shrunk once an attempt runs at the full size again, or the job ends. The sink only
+    publishes a resolution if that alert had fired. `old`, `new`: the core's JobState."""
+    current = new.current
+    if current is None:
+        return
+    started = current.started_at is not None and not (
+        old.current is not None and old.current.number == current.number and old.current.started_at
+    )
+    ended = new.phase.terminal and not old.phase.terminal
+    if started or ended:
+        what = f"attempt {current.number} is running" if started else f"job {new.phase.value}"
+        sink.resolve(
+            "capacity_wait",
+            new.job_id,
+            f"job {new.job_id} no longer waits for capacity: {what}",
+            attempt=current.number,
+        )
+    policy = new.elastic
+    full_size = policy is not None and (current.replicas is None or current.replicas == policy.full)
+    if policy is not None and ((started and full_size) or ended):
+        # An elastic job grew back to its full size (or ended): the shrink alert resolves, an
+        # INFO line that never pages; the sink publishes it only if that alert had fired.
+        if started and full_size:
+            log.info("elastic job grown back to its full size", job_id=new.job_id, attempt=current.number)
+        what = (
+            f"attempt {current.number} runs on all {sum(policy.full)} replicas"
+            if started and full_size
+            else f"job {new.phase.value}"
+        )
+        sink.resolve(
+            "running_shrunk", new.job_id, f"job {new.job_id} grown back: {what}", attempt=current.number
         )

@@ -253,6 +253,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(HTTPStatus.OK, document)
 
     def _push(self) -> None:
+        assert self.server.verifier is not None  # routed here only when push is enabled
         try:
             self.server.verifier.verify(self.headers.get("Authorization"))
         except PushAuthError as refusal:
@@ -346,7 +347,7 @@ class HttpServer:
 
     @property
     def host(self) -> str:
-        return self._server.server_address[0]
+        return str(self._server.server_address[0])
 
     def start(self) -> HttpServer:
         if self._thread is None:

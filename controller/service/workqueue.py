@@ -147,6 +147,20 @@ class WorkQueue:
         with self._cond:
             self._cond.notify_all()
 
+    def wait_for_work(self, timeout: float) -> bool:
+        """Block until a key is ready (or its wake-up is due), at most `timeout` seconds; True
+        when one is. For a driver that serves keys on its own thread with `run_ready`."""
+        with self._cond:
+            self._promote_due()
+            if not self._ready:
+                wait = timeout
+                if self._delayed:
+                    wait = min(wait, max(0.0, self._delayed[0][0] - self._clock()))
+                if wait > 0:
+                    self._cond.wait(wait)
+                self._promote_due()
+            return bool(self._ready)
+
     def run_ready(self, handler: Handler) -> int:
         """Serve every key due now on the caller's thread (tests and single-threaded drivers)."""
         served = 0
