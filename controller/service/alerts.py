@@ -271,3 +271,16 @@ def resolve_for_transition(sink: AlertSink, old: Any, new: Any) -> None:
         sink.resolve(
             "running_shrunk", new.job_id, f"job {new.job_id} grown back: {what}", attempt=current.number
         )
+
+
+def unreadable_checkpoints_alert(job_id: str, error: Any) -> tuple[str, str, str, dict[str, Any]]:
+    """(kind, severity, summary, details) of the alert for a checkpoint root the controller may
+    not read (`error`: adapters.checkpoints.CheckpointsUnreadable): endings still apply, with
+    progress unknown."""
+    return (
+        "checkpoints_unreadable",
+        "ERROR",
+        f"job {job_id}: cannot read gs://{error.bucket} ({error.permission} needed): {error.reason}; "
+        "attempt endings are applied with progress unknown",
+        {"bucket": error.bucket, "permission": error.permission, "reason": error.reason},
+    )

@@ -41,18 +41,16 @@ from controller.adapters.checkpoints import CheckpointProbe
 from controller.adapters.lease import LeaseKeeper, LeaseNotHeld
 from controller.adapters.pubsub import (
     TopicPublisher,
-    UnreadableHint,
     ensure_topology,
-    vertex_job_id_from_log_entry,
 )
 from controller.adapters.vertex import VertexBackend
 from controller.adapters.webhook import WebhookSink
-from controller.readmodel.jobs import status_document
 from controller.service.alerts import AlertSink
 from controller.service.deadletter import DeadLetterCopy
+from controller.service.facade import HttpFacade
 from controller.service.gauges import Gauges
 from controller.service.health import Degradation
-from controller.service.intake import Intake, IntakeResult
+from controller.service.intake import Intake
 from controller.service.metrics import Metrics
 from controller.service.reconciler import Dependencies, Reconciler
 from controller.service.retention import prune_state
@@ -61,12 +59,12 @@ from controller.service.subscriptions import Subscriptions
 from controller.service.workqueue import WorkQueue
 from controller.settings import Settings
 from controller.store.factory import open_store
-from controller.store.keys import JOBS_PREFIX, job_key
+from controller.store.keys import job_key
 
 log = logs.get("relaunch.daemon")
 
 
-class Controller:
+class Controller(HttpFacade):
     def __init__(self, settings: Settings, *, clock: Callable[[], float] = time.time):
         self.settings = settings
         self.clock = clock
@@ -127,6 +125,7 @@ class Controller:
             is_leader=self.is_leader,
             health=self.degradation.source("reconcile"),
             gauges=self.gauges,
+            on_unreadable=self.metrics.unreadable_hint,
         )
         self.intake = Intake(
             self.store,
@@ -145,7 +144,7 @@ class Controller:
             self.subscriber,
             {
                 "requests": (settings.requests_subscription, self._on_request),
-                "events": (settings.events_subscription, self._on_event),
+                "events": (settings.events_subscription, self.sources.on_event_message),
             },
             self.alerts,
             self.holder_id,
@@ -222,26 +221,6 @@ class Controller:
         )
         message.ack()
 
-    def _on_event(self, message) -> None:
-        try:
-            vertex_job_id = vertex_job_id_from_log_entry(message.data)
-        except UnreadableHint as error:
-            # Redelivery cannot make it readable; the reconcile pass is the safety net.
-            log.warning(
-                "unreadable event acked and ignored", reason=str(error), message_id=message.message_id
-            )
-            self.metrics.unreadable_hint()
-            message.ack()
-            return
-        if vertex_job_id is not None:
-            try:
-                self.sources.on_hint(vertex_job_id)  # only finds whose job it is, and enqueues it
-            except Exception:
-                log.exception("event handling failed; leaving it for redelivery", vertex_job_id=vertex_job_id)
-                message.nack()
-                return
-        message.ack()
-
     @property
     def _streams(self) -> dict[str, Any]:
         return self.subscriptions.streams
@@ -283,57 +262,6 @@ class Controller:
         self.degradation.succeeded("request intake")
         if self._leading:
             self.subscriptions.open("requests")
-
-    # --- HTTP facade used by controller.service.http ------------------------------------------------
-    def accept_request(self, data: bytes, attributes: dict[str, str]) -> IntakeResult:
-        return self.intake.accept(data, attributes)
-
-    def job_document(self, job_id: str) -> dict | None:
-        record = self.store.get(job_key(job_id))
-        if record is None:
-            return None
-        document = status_document(record.document)
-        position = self.vertex.lane.position(job_id)
-        if position is not None:
-            # Only the leader knows the lane: the stored phase says "submitting" either way.
-            document["submissionQueue"] = {
-                "position": position,
-                "waiting": self.vertex.lane.waiting(),
-                "summary": f"queued for submission, position {position} (waiting for a create-quota slot)",
-            }
-        return document
-
-    def list_job_documents(self) -> list[dict]:
-        return [status_document(r.document, with_timeline=False) for r in self.store.list(JOBS_PREFIX)]
-
-    def is_alive(self) -> bool:
-        """False once the control loop has not completed a turn for `loop_stall_seconds` (a
-        wedged loop: Cloud Run's liveness probe then restarts the instance)."""
-        if self._stop.is_set():
-            return False
-        stalled_for = self.clock() - self._last_iteration_at
-        if stalled_for > self.settings.loop_stall_seconds:
-            log.error("control loop stalled", stalled_seconds=round(stalled_for, 1))
-            return False
-        # The pass runs on a queue worker: a wedged one stalls reconciliation, not the loop.
-        pass_for = self.sources.pass_running_for(self.clock())
-        if pass_for > self.settings.loop_stall_seconds:
-            log.error("reconcile pass stalled", stalled_seconds=round(pass_for, 1))
-            return False
-        return True
-
-    def is_ready(self) -> tuple[bool, str]:
-        if self._stop.is_set():
-            return False, "shutting down"
-        degraded, failing = self.degradation.is_degraded()
-        if degraded:
-            return False, f"degraded, standing by: {failing} failing"
-        if self._leading:
-            if not self.subscriptions.streams:
-                return False, "leader without subscriptions"
-            problems = self.subscriptions.problems()
-            return (False, "leader not receiving: " + "; ".join(problems)) if problems else (True, "leader")
-        return True, "standby"
 
     def _release_lease(self) -> None:
         if self.lease is not None and self._leading and self._step_down_reason is None:
@@ -438,29 +366,6 @@ class Controller:
     def stop(self) -> None:
         self._stop.set()
         self._wakeup.set()
-
-    def _start_http(self) -> None:
-        from controller.service.http import make_server
-
-        verifier = None
-        if self.settings.push_service_account:
-            from controller.service.push_auth import PushVerifier
-
-            verifier = PushVerifier(
-                audience=self.settings.push_audience or "",
-                service_account=self.settings.push_service_account,
-                certs_url=self.settings.push_certs_url,
-            )
-        self.http = make_server(
-            "0.0.0.0",
-            self.settings.port,
-            self,
-            self.metrics,
-            verifier,
-            max_workers=self.settings.http_max_workers,
-        )
-        self.http.start()
-        log.info("http serving", port=self.http.port)
 
     def _shutdown(self) -> None:
         """Within `shutdown_seconds` in all (Cloud Run sends SIGKILL 10 s after SIGTERM): stop

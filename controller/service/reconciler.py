@@ -27,14 +27,13 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from controller import logs
 from controller.adapters.checkpoints import CheckpointsUnreadable
 from controller.adapters.lease import LeaseNotHeld
 from controller.adapters.observation import Observer
-from controller.adapters.vertex import VertexBackend, job_labels, observed_event
+from controller.adapters.vertex import job_labels, observed_event
 from controller.core import events as ev
 from controller.core.actions import (
     Action,
@@ -45,15 +44,16 @@ from controller.core.actions import (
     ScheduleWakeup,
     SubmitAttempt,
 )
-from controller.core.decide import CoreConfig, decide, pending_alerts
+from controller.core.decide import decide, pending_alerts
 from controller.core.model import JobState, Phase
 from controller.readmodel.jobs import append_timeline, transition_entries
 from controller.request import JobRequest, parse_request
-from controller.service.alerts import AlertSink, resolve_for_transition
+from controller.service.alerts import resolve_for_transition, unreadable_checkpoints_alert
+from controller.service.deps import Dependencies, Deposed, Transition, core_config
 from controller.service.interval import IntervalKeeper
 from controller.service.submit import crash_point, ready_at, submit
 from controller.settings import Settings
-from controller.store import Fenced, StateStore, VersionConflict
+from controller.store import Fenced, VersionConflict
 from controller.store.keys import LEDGER_PENDING_FIELD, cancel_key, job_key
 
 log = logs.get("relaunch.reconcile")
@@ -62,26 +62,6 @@ log = logs.get("relaunch.reconcile")
 WRITE_TRIES = 5
 # Rounds of "act, record the outcome" in one look (a create that adopts, then cancels a duplicate).
 OUTCOME_ROUNDS = 4
-
-Transition = Callable[[JobState, JobState, dict[str, Any]], None]
-
-
-class Deposed(RuntimeError):
-    """This controller is not the leader any more (lease ran out, or a write was fenced)."""
-
-
-def _always_allowed(what: str) -> float:
-    return float("inf")
-
-
-@dataclass
-class Dependencies:
-    store: StateStore
-    vertex: VertexBackend
-    checkpoints: Any  # controller.adapters.checkpoints.CheckpointProbe
-    alerts: AlertSink
-    metrics: Any | None = None  # controller.service.metrics.Metrics
-    on_transition: list[Transition] = field(default_factory=list)
 
 
 class Reconciler:
@@ -93,7 +73,7 @@ class Reconciler:
         clock: Callable[[], float] = time.time,
         rng: random.Random | None = None,
         fence: Callable[[], int] = lambda: 0,
-        guard: Callable[[str], float] = _always_allowed,
+        guard: Callable[[str], float] = lambda what: float("inf"),
         on_deposed: Callable[[str], None] = lambda reason: None,
     ):
         self.settings = settings
@@ -110,15 +90,7 @@ class Reconciler:
             deps.vertex, deps.checkpoints, listing_max_age=max(1.0, settings.reconcile_seconds)
         )
         self.intervals = IntervalKeeper(settings, self.store, deps.checkpoints, fence=lambda: self.fence())
-        self.core_config = CoreConfig(
-            submit_retry_seconds=settings.submit_retry_seconds,
-            capacity_wait_alert_seconds=settings.capacity_wait_alert_seconds,
-            preemption_storm_count=settings.preemption_storm_count,
-            preemption_storm_window_seconds=settings.preemption_storm_window_seconds,
-            error_settle_seconds=settings.error_settle_seconds,
-            error_recheck_seconds=settings.error_recheck_seconds,
-            capacity_retry_seconds=settings.capacity_retry_seconds,
-        )
+        self.core_config = core_config(settings)
         # Observers of every stored transition (metrics, the hint index): they read, never write.
         self.on_transition: list[Transition] = [*deps.on_transition]
         self._requests: dict[str, JobRequest] = {}  # parsed requests of live jobs
@@ -378,22 +350,10 @@ class Reconciler:
 
     def _checkpoints_unreadable(self, job_id: str, attempt: int, error: CheckpointsUnreadable) -> None:
         log.error(
-            "checkpoints unreadable; progress unknown",
-            job_id=job_id,
-            attempt=attempt,
-            bucket=error.bucket,
-            permission=error.permission,
-            error=str(error),
+            "checkpoints unreadable; progress unknown", job_id=job_id, attempt=attempt, error=str(error)
         )
-        self._alert(
-            "checkpoints_unreadable",
-            "ERROR",
-            f"job {job_id}: cannot read gs://{error.bucket} ({error.permission} needed): {error.reason}; "
-            "attempt endings are applied with progress unknown",
-            job_id=job_id,
-            attempt=attempt,
-            details={"bucket": error.bucket, "permission": error.permission, "reason": error.reason},
-        )
+        kind, severity, summary, details = unreadable_checkpoints_alert(job_id, error)
+        self._alert(kind, severity, summary, job_id=job_id, attempt=attempt, details=details)
 
     def _request(self, job_id: str) -> JobRequest:
         request = self._requests.get(job_id)
@@ -419,3 +379,6 @@ class Reconciler:
     def _deposed(self, reason: str) -> None:
         self.vertex.lane.clear()
         self._on_deposed(reason)
+
+
+__all__ = ["Dependencies", "Deposed", "Reconciler"]

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from controller import logs
+from controller.adapters.pubsub import UnreadableHint, vertex_job_id_from_log_entry
 from controller.adapters.vertex import job_labels
 from controller.core.model import TERMINAL_PHASE_NAMES, JobState
 from controller.service.reconciler import Reconciler
@@ -42,6 +43,7 @@ class Sources:
         is_leader: Callable[[], bool] = lambda: True,
         health: Any = None,  # pass_failed(errors) / pass_succeeded(), e.g. a Degradation source
         gauges: Any = None,  # controller.service.gauges.Gauges
+        on_unreadable: Callable[[], None] = lambda: None,  # an events message that was no log entry
     ):
         self.reconciler = reconciler
         self.queue = queue
@@ -49,6 +51,7 @@ class Sources:
         self.is_leader = is_leader
         self.health = health
         self.gauges = gauges
+        self.on_unreadable = on_unreadable
         self._lock = threading.Lock()
         self._job_of: dict[str, str] = {}  # CustomJob id -> job id, for the live jobs' attempts
         self._added_during_pass: dict[str, str] = {}
@@ -81,6 +84,27 @@ class Sources:
                 return
         self.reconciler.observer.forget(name)  # the listing's copy predates this event
         self.queue.add(job_id)
+
+    def on_event_message(self, message: Any) -> None:
+        """The events subscription's callback: a Cloud Logging entry about a CustomJob."""
+        try:
+            vertex_job_id = vertex_job_id_from_log_entry(message.data)
+        except UnreadableHint as error:
+            # Redelivery cannot make it readable; the reconcile pass is the safety net.
+            log.warning(
+                "unreadable event acked and ignored", reason=str(error), message_id=message.message_id
+            )
+            self.on_unreadable()
+            message.ack()
+            return
+        if vertex_job_id is not None:
+            try:
+                self.on_hint(vertex_job_id)  # only finds whose job it is, and enqueues it
+            except Exception:
+                log.exception("event handling failed; leaving it for redelivery", vertex_job_id=vertex_job_id)
+                message.nack()
+                return
+        message.ack()
 
     def _job_changed(self, old: JobState, new: JobState, document: dict[str, Any]) -> None:
         with self._lock:
