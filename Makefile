@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test check clean browser
+.PHONY: venv demo test test-fast check clean browser
 
 venv: $(STAMP)
 
@@ -28,6 +28,11 @@ browser:
 # The mechanical checks run first: lint, format, types, import contracts. Then every test.
 test: $(STAMP) check browser
 	$(BIN)/python -m pytest
+
+# The fast lane while editing: the mechanical checks are left to `make test`; no devstack, no
+# processes (tests marked `integration` are deselected), well under 90 s on two cores.
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not integration and not slow"
 
 check: $(STAMP)
 	$(BIN)/ruff check .

@@ -12,6 +12,32 @@ pytest_plugins = ["pytester", "tests.support.pubsub_backends"]
 
 PROJECT = "relaunch-dev"
 
+# The fast lane (`make test-fast`) leaves out every test marked `integration`: those that use
+# devstack or start processes (controllers, trainers, a browser, shell scripts).
+INTEGRATION_FIXTURES = frozenset({"devstack", "controllers", "run_controller", "pubsub_backend"})
+INTEGRATION_DIRS = ("tests/devstack/", "tests/trainer/", "tests/deploy/", "tests/bench/")
+PROCESS_MODULES = frozenset(
+    {
+        "tests/controller/cli/test_readme_flow.py",
+        "tests/controller/cli/test_cli_truth.py",
+        "tests/controller/cli/test_read_verbs_stay_light.py",
+        "tests/controller/cli/test_cli_validate_render.py",
+        "tests/controller/store/test_sqlite_store.py",
+    }
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    root = str(config.rootpath) + os.sep
+    for item in items:
+        path = str(item.path).replace(root, "", 1).replace(os.sep, "/")
+        if (
+            INTEGRATION_FIXTURES.intersection(getattr(item, "fixturenames", ()))
+            or path.startswith(INTEGRATION_DIRS)
+            or path in PROCESS_MODULES
+        ):
+            item.add_marker(pytest.mark.integration)
+
 
 @pytest.fixture(scope="session", autouse=True)
 def private_cli_config(tmp_path_factory):
