@@ -28,6 +28,7 @@ from typing import Any, Literal
 
 from controller import logs
 from controller.core.decide import new_job
+from controller.jobrecord import JobRecord
 from controller.readmodel.jobs import entry
 from controller.request import CancelRequest, JobRequest, RequestInvalid, parse_request
 from controller.request.nesting import nests_too_deeply
@@ -103,12 +104,7 @@ class Intake:
             now = self.clock()
             state = new_job(request.job_id, request.restart_policy, now, request.elastic)
             timeline = [entry(now, 0, "request accepted")]
-            document = {
-                "request": request.to_json(),
-                "fingerprint": fingerprint,
-                "state": state.to_dict(),
-                "timeline": timeline,
-            }
+            document = JobRecord(request.to_json(), fingerprint, state, tuple(timeline)).to_dict()
             try:
                 # Unfenced and create-only: any instance may record it, leader or not.
                 self.store.create(job_key(request.job_id), document)
@@ -119,7 +115,7 @@ class Intake:
                 log.info("job accepted", job_id=request.job_id, attempt=0)
                 self._enqueue(request.job_id)  # its reconcile submits attempt 1 (or cancels it)
                 return IntakeResult("accepted", request.job_id, "accepted")
-        if existing is not None and existing.document.get("fingerprint") == fingerprint:
+        if existing is not None and JobRecord.from_dict(existing.document).fingerprint == fingerprint:
             return IntakeResult("duplicate", request.job_id, "already accepted; nothing to do")
         return self._reject(
             data,

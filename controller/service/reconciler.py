@@ -46,7 +46,8 @@ from controller.core.actions import (
 )
 from controller.core.decide import decide, pending_alerts
 from controller.core.model import JobState, Phase
-from controller.readmodel.jobs import append_timeline, transition_entries
+from controller.jobrecord import JobRecord
+from controller.readmodel.jobs import TIMELINE_LIMIT, transition_entries
 from controller.request import JobRequest, parse_request
 from controller.service.alerts import resolve_for_transition, unreadable_checkpoints_alert
 from controller.service.deps import Dependencies, Deposed, Transition, core_config
@@ -163,7 +164,8 @@ class Reconciler:
             record = self.store.get(job_key(job_id))
             if record is None:
                 raise Deposed(f"{job_id}: its record vanished")  # retention deleted it meanwhile
-            before = JobState.from_dict(record.document["state"])
+            stored = JobRecord.from_dict(record.document)
+            before = stored.state
             now = self.clock()
             state, actions, entries = before, list[Action](), list[dict[str, Any]]()
             for fact in facts:
@@ -174,11 +176,9 @@ class Reconciler:
                 actions += decision.actions
             if state == before:
                 return state, actions
-            document = dict(record.document)
-            document["state"] = state.to_dict()
+            document = stored.with_state(state, entries, timeline_limit=TIMELINE_LIMIT).to_dict()
             if state.phase.terminal and not before.phase.terminal:
                 self.intervals.mark_pending(document)
-            document["timeline"] = append_timeline(document, entries)
             try:
                 self.store.put(job_key(job_id), document, expected_version=record.version, fence=self.fence())
             except VersionConflict:
