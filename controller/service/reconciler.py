@@ -120,11 +120,16 @@ class Reconciler:
             self._after_the_end(job_id, state, record.document)
             return None
         facts, observed = self._facts(state)
-        state, actions = self._decide_and_write(job_id, facts)
-        decided = {a.outbox_id for a in actions if isinstance(a, RaiseAlert)}
-        # Alerts a crash or a failed publish left in the outbox go out with this look's.
-        actions += [a for a in pending_alerts(state) if a.outbox_id not in decided]
-        wake, wants_create = self._act(state, actions, observed)
+        for _ in range(2):
+            state, actions = self._decide_and_write(job_id, facts)
+            decided = {a.outbox_id for a in actions if isinstance(a, RaiseAlert)}
+            # Alerts a crash or a failed publish left in the outbox go out with this look's.
+            actions += [a for a in pending_alerts(state) if a.outbox_id not in decided]
+            state, wake, wants_create = self._act(state, actions, observed)
+            if wake is None or wake > self.clock() or wants_create or state.phase.terminal:
+                break
+            # Due already (a backoff of 0 after a reclaim): go on in this look, not the queue.
+            facts, observed = [ev.TimerFired()], None
         if not wants_create:
             self.vertex.lane.leave(job_id)
         if state.phase.terminal:
@@ -201,9 +206,11 @@ class Reconciler:
             self._learn_ending(new)
 
     # ==== act ==============================================================================
-    def _act(self, state: JobState, actions: list[Action], observed: int | None) -> tuple[float | None, bool]:
-        """Carry out the actions, recording outcomes; (the earliest wake-up, whether the job
-        still waits for a create slot)."""
+    def _act(
+        self, state: JobState, actions: list[Action], observed: int | None
+    ) -> tuple[JobState, float | None, bool]:
+        """Carry out the actions, recording outcomes; (the state now, the earliest wake-up,
+        whether the job still waits for a create slot)."""
         wake: float | None = None
         wants_create = False
         for _ in range(OUTCOME_ROUNDS):
@@ -227,7 +234,7 @@ class Reconciler:
                 break
             state, actions = self._decide_and_write(state.job_id, outcomes)
             observed = None
-        return wake, wants_create
+        return state, wake, wants_create
 
     def _execute(self, state: JobState, action: Action) -> list[ev.Event]:
         job_id = state.job_id
