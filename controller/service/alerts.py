@@ -106,11 +106,17 @@ class AlertSink:
         attempt: int | None = None,
         details: dict[str, Any] | None = None,
         condition: str = "",
+        fired_with: str | None = None,
     ) -> dict | None:
-        """Announce that a condition has cleared; returns the alert, or None if it was not firing."""
+        """Announce that a condition has cleared; returns the alert, or None if it was not firing.
+
+        `fired_with`: the caller knows it fired, with this severity (the job's stored state says
+        so), even if this process never saw it fire (it was raised before a failover)."""
         now = self._clock()
         with self._lock:
             fired = self._firing.pop((job_id, kind, condition), None)
+        if fired is None and fired_with is not None:
+            fired = _Firing(fired_with, attempt)
         if fired is None:
             return None
         return self._emit(
@@ -234,42 +240,6 @@ class ReconcileHealth:
             streak, self._streak = self._streak, 0
         self._sink.resolve(
             self.KIND, None, "reconcile passes succeed again", details={"failedPassesBefore": streak}
-        )
-
-
-def resolve_for_transition(sink: AlertSink, old: Any, new: Any) -> None:
-    """capacity_wait clears once an attempt runs, or when the job ends (nothing waits any more);
-    running_shrunk once an attempt runs at the full size again, or the job ends. The sink only
-    publishes a resolution if that alert had fired. `old`, `new`: the core's JobState."""
-    current = new.current
-    if current is None:
-        return
-    started = current.started_at is not None and not (
-        old.current is not None and old.current.number == current.number and old.current.started_at
-    )
-    ended = new.phase.terminal and not old.phase.terminal
-    if started or ended:
-        what = f"attempt {current.number} is running" if started else f"job {new.phase.value}"
-        sink.resolve(
-            "capacity_wait",
-            new.job_id,
-            f"job {new.job_id} no longer waits for capacity: {what}",
-            attempt=current.number,
-        )
-    policy = new.elastic
-    full_size = policy is not None and (current.replicas is None or current.replicas == policy.full)
-    if policy is not None and ((started and full_size) or ended):
-        # An elastic job grew back to its full size (or ended): the shrink alert resolves, an
-        # INFO line that never pages; the sink publishes it only if that alert had fired.
-        if started and full_size:
-            log.info("elastic job grown back to its full size", job_id=new.job_id, attempt=current.number)
-        what = (
-            f"attempt {current.number} runs on all {sum(policy.full)} replicas"
-            if started and full_size
-            else f"job {new.phase.value}"
-        )
-        sink.resolve(
-            "running_shrunk", new.job_id, f"job {new.job_id} grown back: {what}", attempt=current.number
         )
 
 

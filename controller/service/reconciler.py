@@ -41,6 +41,7 @@ from controller.core.actions import (
     MarkTerminal,
     RaiseAlert,
     ReadVertexJob,
+    ResolveAlert,
     ScheduleWakeup,
     SubmitAttempt,
 )
@@ -49,7 +50,7 @@ from controller.core.model import JobState, Phase
 from controller.jobrecord import JobRecord
 from controller.readmodel.jobs import TIMELINE_LIMIT, transition_entries
 from controller.request import JobRequest, parse_request
-from controller.service.alerts import resolve_for_transition, unreadable_checkpoints_alert
+from controller.service.alerts import unreadable_checkpoints_alert
 from controller.service.deps import Dependencies, Deposed, Transition, core_config
 from controller.service.interval import IntervalKeeper
 from controller.service.submit import crash_point, ready_at, submit
@@ -193,7 +194,6 @@ class Reconciler:
         raise RuntimeError(f"{job_id}: state kept changing under us; giving up this look")
 
     def _transitioned(self, old: JobState, new: JobState, document: dict[str, Any]) -> None:
-        resolve_for_transition(self.alerts, old, new)
         for observe in self.on_transition:
             observe(old, new, document)
         if (
@@ -259,6 +259,12 @@ class Reconciler:
             return self._observe(state, action.vertex_name, action.attempt)
         if isinstance(action, RaiseAlert):
             return self._send_alert(state, action)
+        if isinstance(action, ResolveAlert):
+            self.guard("resolve an alert")
+            self.alerts.resolve(
+                action.kind, job_id, action.summary, attempt=action.attempt, fired_with=action.severity
+            )
+            return []
         if isinstance(action, MarkTerminal):
             (bound.info if action.phase == "succeeded" else bound.warning)(
                 f"job {action.phase}",
