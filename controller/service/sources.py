@@ -160,7 +160,7 @@ class Sources:
             wanted += self._outboxes_to_sweep()
         except Exception as error:
             errors.append(f"searching outboxes: {error}")
-        refused = sum(1 for job_id in dict.fromkeys(wanted) if not self.queue.add(job_id))
+        refused = sum(1 for job_id in dict.fromkeys(wanted) if not self.queue.add(job_id, sweep=True))
         if refused:
             errors.append(f"{refused} jobs not enqueued: the work queue is full")
         if self.gauges is not None:

@@ -64,6 +64,8 @@ class WorkQueue:
         self._on_served = on_served or (lambda waited: None)
         self._cond = threading.Condition()
         self._ready: deque[str] = deque()
+        self._sweep_lane: deque[str] = deque()  # ready keys only a sweep asked for, served last
+        self._swept: set[str] = set()  # the keys in the sweep lane (others there are stale)
         self._ready_since: dict[str, float] = {}  # key -> when it became ready (waiting or marked)
         self._serving: set[str] = set()
         self._delayed: list[tuple[float, int, str]] = []  # heap; stale entries skipped
@@ -78,10 +80,20 @@ class WorkQueue:
         self._refused = 0
 
     # --- adding ------------------------------------------------------------------------------
-    def add(self, key: str) -> bool:
-        """Look at `key` as soon as a worker is free. False: refused, the backlog is full."""
+    def add(self, key: str, *, sweep: bool = False) -> bool:
+        """Look at `key` as soon as a worker is free. False: refused, the backlog is full.
+
+        `sweep`: a look that nothing in particular asked for (the periodic pass offering every
+        live job). Such keys are served after every other ready key, so that an event or a
+        wake-up never waits behind a pass's thousand jobs; a key swept and then asked for by an
+        event moves to the front lane."""
         with self._cond:
             if key in self._ready_since:
+                if not sweep and key in self._swept:
+                    self._swept.discard(key)  # promoted; its place in the sweep lane is skipped
+                    if key not in self._serving:
+                        self._ready.append(key)
+                        self._cond.notify()
                 return True  # waiting (or marked to run again) already
             if self._full(key):
                 self._refused += 1
@@ -89,7 +101,11 @@ class WorkQueue:
             self._due.pop(key, None)
             self._ready_since[key] = self._clock()
             if key not in self._serving:
-                self._ready.append(key)
+                if sweep:
+                    self._swept.add(key)
+                    self._sweep_lane.append(key)
+                else:
+                    self._ready.append(key)
                 self._cond.notify()
             return True
 
@@ -120,6 +136,8 @@ class WorkQueue:
         keys being served finish their turn."""
         with self._cond:
             self._ready.clear()
+            self._sweep_lane.clear()
+            self._swept.clear()
             self._ready_since.clear()
             self._delayed.clear()
             self._due.clear()
@@ -152,14 +170,14 @@ class WorkQueue:
         when one is. For a driver that serves keys on its own thread with `run_ready`."""
         with self._cond:
             self._promote_due()
-            if not self._ready:
+            if not self._ready and not self._swept:
                 wait = timeout
                 if self._delayed:
                     wait = min(wait, max(0.0, self._delayed[0][0] - self._clock()))
                 if wait > 0:
                     self._cond.wait(wait)
                 self._promote_due()
-            return bool(self._ready)
+            return bool(self._ready or self._swept)
 
     def run_ready(self, handler: Handler) -> int:
         """Serve every key due now on the caller's thread (tests and single-threaded drivers)."""
@@ -191,8 +209,8 @@ class WorkQueue:
         with self._cond:
             while not self._stopped:
                 self._promote_due()
-                if self._ready:
-                    key = self._ready.popleft()
+                key = self._next_ready()
+                if key is not None:
                     self._serving.add(key)
                     waited = max(0.0, self._clock() - self._ready_since.pop(key))
                     self._served += 1
@@ -209,6 +227,16 @@ class WorkQueue:
                 return None
         self._on_served(waited)
         return key
+
+    def _next_ready(self) -> str | None:
+        if self._ready:
+            return self._ready.popleft()
+        while self._sweep_lane:
+            key = self._sweep_lane.popleft()
+            if key in self._swept:
+                self._swept.discard(key)
+                return key
+        return None
 
     def _promote_due(self) -> None:
         now = self._clock()

@@ -175,3 +175,16 @@ def test_clear_drops_waiting_keys_and_wake_ups():
     queue.clear()
     clock.now += 5
     assert queue.run_ready(lambda key: None) == 0
+
+
+def test_an_event_never_waits_behind_a_sweep_of_every_job():
+    queue = WorkQueue(clock=Clock())
+    for n in range(1000):
+        queue.add(f"job-{n}", sweep=True)  # the periodic pass offers every live job
+    queue.add("reclaimed")  # then a Vertex event
+    queue.add("job-500")  # an event for a job the sweep also offered: it moves up, once
+    seen, handler = recorder()
+
+    assert queue.run_ready(handler) == 1001
+    assert seen[:2] == ["reclaimed", "job-500"]
+    assert seen.count("job-500") == 1
