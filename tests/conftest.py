@@ -13,7 +13,8 @@ pytest_plugins = ["pytester", "tests.support.pubsub_backends"]
 PROJECT = "relaunch-dev"
 
 # The fast lane (`make test-fast`) leaves out every test marked `integration`: those that use
-# devstack or start processes (controllers, trainers, a browser, shell scripts).
+# devstack (or its GCS stand-in) or start processes (controllers, trainers, a browser, shell
+# scripts, the demo).
 INTEGRATION_FIXTURES = frozenset({"devstack", "controllers", "run_controller", "pubsub_backend"})
 INTEGRATION_DIRS = ("tests/devstack/", "tests/trainer/", "tests/deploy/", "tests/bench/")
 PROCESS_MODULES = frozenset(
@@ -23,6 +24,11 @@ PROCESS_MODULES = frozenset(
         "tests/controller/cli/test_read_verbs_stay_light.py",
         "tests/controller/cli/test_cli_validate_render.py",
         "tests/controller/store/test_sqlite_store.py",
+        "tests/controller/cli/test_demo.py",  # runs `relaunch demo`: devstack and a trainer
+        # A GCS stand-in (devstack's) behind the real storage client:
+        "tests/controller/store/test_gcs_store.py",
+        "tests/controller/store/test_interval_ledger_store.py",
+        "tests/controller/adapters/test_checkpoints.py",
     }
 )
 
