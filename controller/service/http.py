@@ -2,12 +2,12 @@
 
 Stdlib `HTTPServer` on a background thread, handing each connection to a bounded pool of worker
 threads; when every worker is busy and the short queue is full, a connection is answered 503 at
-once instead of growing threads without limit. The engine sits behind the `ControllerApp` protocol, so this module
+once instead of growing threads without limit. The controller sits behind the `ControllerApp` protocol, so this module
 knows nothing of how jobs are stored or run.
 
 Push acknowledgement rule: 2xx acknowledges, anything else makes Pub/Sub redeliver. Requests the
-engine has durably recorded (including invalid and conflicting ones, which it dead-letters itself)
-are acknowledged with 204; only an exception from the engine (state store down, ...) answers 500,
+controller has durably recorded (including invalid and conflicting ones, which it dead-letters itself)
+are acknowledged with 204; only an exception from the controller (state store down, ...) answers 500,
 because then nothing was recorded and a redelivery can succeed. Client input never answers 500:
 a bad path or job id is 404, a body that is not a push envelope (garbage, nesting too deep) 400.
 """
@@ -51,7 +51,7 @@ _log = logs.get("relaunch.http")
 
 
 class ControllerApp(Protocol):
-    """What the HTTP server needs from the controller engine."""
+    """What the HTTP server needs from the controller."""
 
     def accept_request(self, data: bytes, attributes: dict[str, str]) -> IntakeResult:
         """Record one job request; never raises for bad input, may raise for infrastructure."""
@@ -221,7 +221,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _healthz(self) -> None:
         try:
             alive = bool(self.server.app.is_alive())
-        except Exception as error:  # an engine that cannot answer is not alive
+        except Exception as error:  # a controller that cannot answer is not alive
             _log.error("liveness check raised", error=repr(error))
             alive = False
         self._text(HTTPStatus.OK if alive else HTTPStatus.SERVICE_UNAVAILABLE, "ok" if alive else "not alive")

@@ -94,7 +94,7 @@ class Metrics:
             "relaunch_workqueue_refused", "Job ids the full work queue refused since the start.", registry=r
         )
         self._known_states: set[str] = set()
-        # The engine sets counts while an HTTP thread may be refreshing them for a scrape.
+        # A queue worker sets counts while an HTTP thread may be refreshing them for a scrape.
         self._states_lock = threading.Lock()
 
     # --- jobs by state -------------------------------------------------------------------------
