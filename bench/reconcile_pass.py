@@ -1,7 +1,7 @@
 """What does one reconcile pass cost as history grows? (a benchmark script, not a test)
 
 Starts devstack in its own process with simulated replicas (devstack/README.md, "Thousands of
-cheap jobs"), runs the controller's Engine in this process (so this process's RSS is the
+cheap jobs"), runs the controller's service layer (reconciler, work queue, sources) in this process (so this process's RSS is the
 controller's), submits `--live` jobs whose CustomJobs run until cancelled, and then grows the
 history in steps: finished jobs are seeded in bulk, in the state store (copies of one job that
 really ran and finished) and in Vertex (finished CustomJobs with the same Relaunch labels). At each
@@ -98,11 +98,11 @@ def drive_until(engine, job_ids: list[str], done, timeout: float = 600.0) -> Non
     deadline = time.monotonic() + timeout
     pending = set(job_ids)
     while pending and time.monotonic() < deadline:
-        engine.fire_due_timers()
-        engine.reconcile()
+        engine.serve()
+        engine.run_pass()
         pending = {j for j in pending if not done(engine.store.get(job_key(j)).document["state"]["phase"])}
         if pending:
-            engine.timers.wait(0.2)
+            engine.queue.wait_for_work(0.2)
     if pending:
         raise RuntimeError(f"{len(pending)} jobs did not get there: {sorted(pending)[:5]}")
 
@@ -111,9 +111,10 @@ def build_engine(args, env: dict[str, str], workdir: Path):
     from controller.adapters.checkpoints import CheckpointProbe
     from controller.adapters.vertex import VertexBackend
     from controller.service.alerts import AlertSink
-    from controller.service.engine import Dependencies, Engine
     from controller.service.metrics import Metrics
+    from controller.service.reconciler import Dependencies
     from controller.settings import Settings
+    from tests.support.engine import LocalController
 
     settings = Settings(
         vertex_endpoint=env["RELAUNCH_VERTEX_ENDPOINT"],
@@ -137,7 +138,7 @@ def build_engine(args, env: dict[str, str], workdir: Path):
         alerts=AlertSink(None, None),
         metrics=Metrics(),
     )
-    return Engine(settings, deps, rng=random.Random(1))
+    return LocalController(settings, deps, rng=random.Random(1))
 
 
 def seed_finished(engine, control: Control, template: dict, start: int, count: int) -> None:
@@ -173,7 +174,7 @@ def measure(engine, control: Control, passes: int) -> dict:
     for _ in range(passes):
         control.call("/calls", {"reset": True})
         started = time.perf_counter()
-        engine.reconcile()
+        engine.run_pass()
         times.append(time.perf_counter() - started)
         counts = control.call("/calls")
         vertex_calls.append(counts["vertex"])
@@ -253,7 +254,7 @@ def main() -> int:
             import pstats
 
             profiler = cProfile.Profile()
-            profiler.runcall(engine.reconcile)
+            profiler.runcall(engine.run_pass)
             pstats.Stats(profiler).sort_stats("cumulative").print_stats(25)
     finally:
         devstack.terminate()

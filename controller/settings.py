@@ -201,17 +201,18 @@ class Settings(BaseSettings):
         description="Documents a sweep reads per reconcile pass, so that it never makes one pass long "
         "(10,000 jobs: 50 passes).",
     )
-    submission_workers: int = Field(
-        8,
+    reconcile_workers: int = Field(
+        16,
         ge=1,
-        description="Threads that submit CustomJobs taken from the create queue (oldest ready job first, "
-        "one create-quota slot each); a submission retrying through an outage holds one of them.",
+        description="Threads that serve the work queue: each runs one job's reconcile at a time (never two "
+        "on one job), and one of them runs the periodic pass, so that one job's slow call (a Vertex call "
+        "retrying through an outage) holds one worker and no other job.",
     )
-    timer_workers: int = Field(
-        8,
+    queue_max_keys: int = Field(
+        100_000,
         ge=1,
-        description="Threads that serve due wake-ups, so that one job's slow call never delays "
-        "another job's timer.",
+        description="Most job ids the work queue holds (waiting or with a wake-up). Beyond it a new id is "
+        "refused and counted (the periodic pass offers every live job again).",
     )
 
     # Serving.

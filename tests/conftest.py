@@ -12,13 +12,37 @@ pytest_plugins = ["pytester", "tests.support.pubsub_backends"]
 
 PROJECT = "relaunch-dev"
 
+# The fast lane (`make test-fast`) leaves out every test marked `integration`: those that use
+# devstack (or its GCS stand-in) or start processes (controllers, trainers, a browser, shell
+# scripts, the demo).
+INTEGRATION_FIXTURES = frozenset({"devstack", "controllers", "run_controller", "pubsub_backend"})
+INTEGRATION_DIRS = ("tests/devstack/", "tests/trainer/", "tests/deploy/", "tests/bench/")
+PROCESS_MODULES = frozenset(
+    {
+        "tests/controller/cli/test_readme_flow.py",
+        "tests/controller/cli/test_cli_truth.py",
+        "tests/controller/cli/test_read_verbs_stay_light.py",
+        "tests/controller/cli/test_cli_validate_render.py",
+        "tests/controller/store/test_sqlite_store.py",
+        "tests/controller/cli/test_demo.py",  # runs `relaunch demo`: devstack and a trainer
+        # A GCS stand-in (devstack's) behind the real storage client:
+        "tests/controller/store/test_gcs_store.py",
+        "tests/controller/store/test_interval_ledger_store.py",
+        "tests/controller/adapters/test_checkpoints.py",
+    }
+)
+
 
 def pytest_collection_modifyitems(config, items):
-    """Mark `devstack` every test that starts devstack (through the `devstack` or `pubsub_backend`
-    fixture, directly or through another fixture), so `make test-fast` can leave them out."""
+    root = str(config.rootpath) + os.sep
     for item in items:
-        if {"devstack", "pubsub_backend"} & set(getattr(item, "fixturenames", ())):
-            item.add_marker(pytest.mark.devstack)
+        path = str(item.path).replace(root, "", 1).replace(os.sep, "/")
+        if (
+            INTEGRATION_FIXTURES.intersection(getattr(item, "fixturenames", ()))
+            or path.startswith(INTEGRATION_DIRS)
+            or path in PROCESS_MODULES
+        ):
+            item.add_marker(pytest.mark.integration)
 
 
 @pytest.fixture(scope="session", autouse=True)

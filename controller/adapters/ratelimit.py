@@ -11,8 +11,8 @@ from collections.abc import Callable
 class RateLimiter:
     """Allows at most `limit` acquisitions in any `window` seconds; `acquire` waits for room.
 
-    Fairness across jobs does not come from here: the controller's submission queue
-    (`service.submissions`) takes the slots one at a time and hands them out oldest job first.
+    Fairness across jobs does not come from here: the create lane (`adapters.create_lane`)
+    decides which job may take the next slot, oldest job first.
     """
 
     def __init__(self, limit: int, window: float = 60.0, clock: Callable[[], float] = time.monotonic):
@@ -39,6 +39,24 @@ class RateLimiter:
                         return False
                     wait = min(wait, deadline - now)
                 self._cond.wait(max(wait, 0.001))
+
+    def free_in(self) -> float:
+        """Seconds until a slot is free (0.0: one is free now)."""
+        with self._cond:
+            now = self._clock()
+            while self._granted and self._granted[0] <= now - self.window:
+                self._granted.popleft()
+            if len(self._granted) < self.limit:
+                return 0.0
+            return max(0.0, self._granted[0] + self.window - now)
+
+    def free_now(self) -> int:
+        """How many slots could be taken at once right now."""
+        with self._cond:
+            now = self._clock()
+            while self._granted and self._granted[0] <= now - self.window:
+                self._granted.popleft()
+            return max(0, self.limit - len(self._granted))
 
     def give_back(self) -> None:
         """Return the latest slot unused (it was taken for work that went away meanwhile)."""

@@ -27,6 +27,7 @@ from google.protobuf import field_mask_pb2
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
 
 from controller import logs
+from controller.adapters.create_lane import CreateLane
 from controller.adapters.ratelimit import RateLimiter
 from controller.core import events as ev
 from controller.core.model import VERTEX_TERMINAL
@@ -188,6 +189,8 @@ class VertexBackend:
         self.parent = settings.vertex_parent
         self.timeout = settings.rpc_timeout_seconds
         self.creates = RateLimiter(settings.creates_per_minute)
+        # Which job takes the next create slot (oldest ready first); it never blocks a caller.
+        self.lane = CreateLane(self.creates)
         self.reads = RateLimiter(settings.reads_per_minute)
         self._on_api_error = on_api_error or (lambda api, code: None)
         self._retry_attempts = retry_attempts
@@ -308,8 +311,8 @@ class VertexBackend:
     ) -> Submission:
         """Adopt the Vertex job of this attempt if one exists; otherwise create it (if asked).
 
-        `slot_taken`: the caller already holds a create slot for the first try (the submission
-        queue takes it before handing the job over); a retry takes a new one.
+        `slot_taken`: the caller already holds a create slot for the first try (taken from the
+        create lane, `self.lane`); a retry takes a new one.
 
         Raises SubmitRejected for a permanent refusal; transient errors that outlast the retries
         propagate as google.api_core exceptions.

@@ -59,9 +59,27 @@ class RaiseAlert:
 
 
 @dataclass(frozen=True)
+class ResolveAlert:
+    """A condition this job raised an alert for has cleared (the kind leaves `JobState.firing`)."""
+
+    kind: str  # capacity_wait, running_shrunk
+    severity: str  # the severity it fired with
+    summary: str
+    attempt: int | None = None
+
+
+@dataclass(frozen=True)
 class MarkTerminal:
     phase: str
     reason: str
 
 
-Action = SubmitAttempt | CancelVertexJob | ReadVertexJob | ScheduleWakeup | RaiseAlert | MarkTerminal
+Action = (
+    SubmitAttempt
+    | CancelVertexJob
+    | ReadVertexJob
+    | ScheduleWakeup
+    | RaiseAlert
+    | ResolveAlert
+    | MarkTerminal
+)

@@ -26,6 +26,7 @@ from controller.core.actions import (
     MarkTerminal,
     RaiseAlert,
     ReadVertexJob,
+    ResolveAlert,
     ScheduleWakeup,
     SubmitAttempt,
 )
@@ -91,6 +92,7 @@ def decide(
         return Decision(state, tuple(_cancel_if_stray(event)))
     handler = _HANDLERS[type(event)]
     new_state, actions = handler(state, event, now, rng, config)
+    new_state, actions = _resolve_cleared(state, new_state, actions)
     new_state, actions = _into_outbox(new_state, actions, now)
     if new_state != state:
         new_state = replace(new_state, updated_at=now)
@@ -102,6 +104,54 @@ def pending_alerts(state: JobState) -> tuple[RaiseAlert, ...]:
     return tuple(
         RaiseAlert(p.kind, p.severity, p.summary, dict(p.details), p.outbox_id) for p in state.outbox
     )
+
+
+# Alerts that clear on their own; what is firing is part of the job's state (`JobState.firing`).
+SELF_CLEARING = frozenset({"capacity_wait", "running_shrunk"})
+
+
+def _resolve_cleared(old: JobState, new: JobState, actions: list[Action]) -> tuple[JobState, list[Action]]:
+    """capacity_wait clears once an attempt runs, or when the job ends (nothing waits any more);
+    running_shrunk once an attempt runs at its full size again, or the job ends. Alerts raised
+    by this decision join the firing set."""
+    current = new.current
+    firing = list(new.firing)
+    out = list(actions)
+    if current is not None:
+        started = current.started_at is not None and not (
+            old.current is not None and old.current.number == current.number and old.current.started_at
+        )
+        ended = new.phase.terminal and not old.phase.terminal
+        full_size = new.elastic is None or current.replicas is None or current.replicas == new.elastic.full
+        if "capacity_wait" in firing and (started or ended):
+            what = f"attempt {current.number} is running" if started else f"job {new.phase.value}"
+            out.append(
+                ResolveAlert(
+                    "capacity_wait",
+                    "WARNING",
+                    f"job {new.job_id} no longer waits for capacity: {what}",
+                    current.number,
+                )
+            )
+            firing.remove("capacity_wait")
+        if "running_shrunk" in firing and ((started and full_size) or ended):
+            what = (
+                f"attempt {current.number} runs on all {sum(new.elastic.full)} replicas"
+                if started and full_size and new.elastic is not None
+                else f"job {new.phase.value}"
+            )
+            out.append(
+                ResolveAlert(
+                    "running_shrunk", "WARNING", f"job {new.job_id} grown back: {what}", current.number
+                )
+            )
+            firing.remove("running_shrunk")
+    for action in actions:
+        if isinstance(action, RaiseAlert) and action.kind in SELF_CLEARING and action.kind not in firing:
+            firing.append(action.kind)
+    if tuple(firing) != new.firing:
+        new = replace(new, firing=tuple(firing))
+    return new, out
 
 
 def _into_outbox(state: JobState, actions: list[Action], now: float) -> tuple[JobState, list[Action]]:

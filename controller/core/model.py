@@ -123,6 +123,9 @@ class JobState:
     alerts: tuple[Alerted, ...] = field(default=())
     outbox: tuple[PendingAlert, ...] = field(default=())
     elastic: ElasticPolicy | None = None  # the request's elastic range; None: fixed size
+    # Alert kinds raised for this job that clear on their own (capacity_wait, running_shrunk) and
+    # have not been resolved yet: stored, so whoever leads when they clear resolves them.
+    firing: tuple[str, ...] = ()
 
     @property
     def current(self) -> Attempt | None:
@@ -157,7 +160,7 @@ class JobState:
         elastic = ElasticPolicy.from_dict(data["elastic"]) if data.get("elastic") else None
         alerts = tuple(Alerted(**a) for a in data.get("alerts", ()))
         outbox = tuple(PendingAlert(**a) for a in data.get("outbox", ()))
-        special = ("policy", "attempts", "alerts", "outbox", "phase", "elastic")
+        special = ("policy", "attempts", "alerts", "outbox", "phase", "elastic", "firing")
         rest = {k: v for k, v in data.items() if k not in special}
         return cls(
             policy=policy,
@@ -166,5 +169,6 @@ class JobState:
             outbox=outbox,
             phase=Phase(data["phase"]),
             elastic=elastic,
+            firing=tuple(data.get("firing", ())),
             **rest,
         )

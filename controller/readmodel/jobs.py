@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from controller import jobrecord
 from controller.core import elastic
 from controller.core import events as ev
 from controller.core.actions import Action
@@ -22,11 +23,11 @@ Json = dict[str, Any]
 TIMELINE_LIMIT = 500
 # Where a job document keeps the checkpoint interval chosen for each attempt of an `auto`
 # request: {"<attempt>": IntervalDecision.to_dict()} (written by controller.service.interval).
-INTERVALS_FIELD = "checkpointIntervals"
+INTERVALS_FIELD = jobrecord.INTERVALS
 # The trainer's own figures of each ended attempt, from its exit record and commit markers:
 # {"<attempt>": {"stepAtEnd", "lastCommittedStep", "checkpointSaved", "stallSeconds",
 # "checkpoints"}} (written by controller.service.interval; read by goodput).
-TRAINER_FIGURES_FIELD = "trainerFigures"
+TRAINER_FIGURES_FIELD = jobrecord.TRAINER_FIGURES
 
 
 def entry(now: float, attempt: int, what: str, **extra: Any) -> Json:

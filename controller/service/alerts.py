@@ -106,11 +106,17 @@ class AlertSink:
         attempt: int | None = None,
         details: dict[str, Any] | None = None,
         condition: str = "",
+        fired_with: str | None = None,
     ) -> dict | None:
-        """Announce that a condition has cleared; returns the alert, or None if it was not firing."""
+        """Announce that a condition has cleared; returns the alert, or None if it was not firing.
+
+        `fired_with`: the caller knows it fired, with this severity (the job's stored state says
+        so), even if this process never saw it fire (it was raised before a failover)."""
         now = self._clock()
         with self._lock:
             fired = self._firing.pop((job_id, kind, condition), None)
+        if fired is None and fired_with is not None:
+            fired = _Firing(fired_with, attempt)
         if fired is None:
             return None
         return self._emit(
@@ -138,8 +144,8 @@ class AlertSink:
         with self._lock:
             for key in [k for k in self._last_fired if k[0] == job_id]:
                 del self._last_fired[key]
-            for key in [k for k in self._firing if k[0] == job_id]:
-                del self._firing[key]
+            for firing in [k for k in self._firing if k[0] == job_id]:
+                del self._firing[firing]
 
     def tracked_keys(self) -> int:
         """How many cooldown and firing entries are held (for tests and metrics)."""
@@ -235,3 +241,16 @@ class ReconcileHealth:
         self._sink.resolve(
             self.KIND, None, "reconcile passes succeed again", details={"failedPassesBefore": streak}
         )
+
+
+def unreadable_checkpoints_alert(job_id: str, error: Any) -> tuple[str, str, str, dict[str, Any]]:
+    """(kind, severity, summary, details) of the alert for a checkpoint root the controller may
+    not read (`error`: adapters.checkpoints.CheckpointsUnreadable): endings still apply, with
+    progress unknown."""
+    return (
+        "checkpoints_unreadable",
+        "ERROR",
+        f"job {job_id}: cannot read gs://{error.bucket} ({error.permission} needed): {error.reason}; "
+        "attempt endings are applied with progress unknown",
+        {"bucket": error.bucket, "permission": error.permission, "reason": error.reason},
+    )

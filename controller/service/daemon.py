@@ -1,24 +1,26 @@
 """`relaunch controller`: the long-lived daemon Cloud Run hosts.
 
-One loop owns the schedule: wait for the leader lease, and while leading keep both subscriptions
-open, start a reconcile pass every `reconcile_seconds`, and hand due wake-ups to workers. The
-pass runs on its own thread beside the loop, the event callbacks and the submission queue
-(per-job locks keep each job's decisions in order), so a preemption is recovered while a pass
-runs. A standby keeps serving HTTP (health, status, push deliveries, which it records: intake needs no leadership) but
-pulls nothing and decides nothing.
+One door per job: every signal (a request recorded, a Vertex event, a cancel, a wake-up, the
+periodic pass) becomes a job id in one work queue (`service.workqueue`), and the queue's workers
+run `reconcile(job_id)` (`service.reconciler`), never two on one job. The threads: the queue's
+workers, the Pub/Sub stream callbacks and the HTTP server (both only record and enqueue), the
+lease renewer, and this loop, which only takes and gives up leadership and supervises the
+streams. The periodic pass is itself a key in the queue (`sources.PASS_KEY`), served by one
+worker while the others go on reconciling, so a preemption is recovered while a pass runs.
+A standby keeps serving HTTP (health, status, push deliveries, which it records: intake needs no
+leadership) but pulls nothing and decides nothing.
 
 Leadership really ends. The lease is renewed on its own thread (`LeaseKeeper`), so a slow pass
 never lets it lapse unnoticed; every side effect checks it just before the call (`_check_lease`);
 and the first sign that another controller leads (the keeper says the lease is lost, a check
 finds it run out, or a state write is `Fenced`) makes this instance step down at once: streams
-closed, timers dropped, back to standing by.
+closed, the queue emptied, back to standing by.
 
 Outages are survived: an error reaching the lease or the store is logged and retried on the next
-tick, never raised out of the loop. While it lasts the instance is not ready (`/readyz` 503), and
-`controller_degraded` is raised once (and resolved when the service answers again).
-
-SIGTERM (Cloud Run scale-in or deploy): stop pulling, let in-flight handlers finish, leave
-unacked messages for redelivery, release the lease so the next instance takes over at once.
+tick, never raised out of the loop; meanwhile `/readyz` answers 503 and `controller_degraded` is
+raised once. SIGTERM (scale-in, deploy): stop pulling, let in-flight handlers finish, leave unacked
+messages for redelivery, release the lease so the next instance takes over at once. The leader
+also leaves a heartbeat in the store (`store.heartbeat`), which the CLI reads.
 """
 
 from __future__ import annotations
@@ -29,100 +31,38 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Any
 
 from google.cloud import pubsub_v1
 
 from controller import logs
 from controller.adapters.checkpoints import CheckpointProbe
 from controller.adapters.lease import LeaseKeeper, LeaseNotHeld
-from controller.adapters.pubsub import (
-    TopicPublisher,
-    UnreadableHint,
-    ensure_topology,
-    subscriber_client,
-    vertex_job_id_from_log_entry,
-)
+from controller.adapters.pubsub import TopicPublisher, ensure_topology, subscriber_client
 from controller.adapters.vertex import VertexBackend
 from controller.adapters.webhook import WebhookSink
-from controller.readmodel.jobs import status_document
 from controller.service.alerts import AlertSink
 from controller.service.deadletter import DeadLetterCopy
-from controller.service.engine import Dependencies, Deposed, Engine
-from controller.service.intake import Intake, IntakeResult
+from controller.service.facade import HttpFacade
+from controller.service.gauges import Gauges
+from controller.service.health import Degradation
+from controller.service.intake import Intake
 from controller.service.intake_guard import Delivery, IntakeGuard, RetryLater
 from controller.service.metrics import Metrics
+from controller.service.reconciler import Dependencies, Reconciler
 from controller.service.retention import prune_state
-from controller.service.streams import SupervisedStream
+from controller.service.sources import PASS_KEY, Sources
+from controller.service.subscriptions import Subscriptions
+from controller.service.workqueue import WorkQueue
 from controller.settings import Settings
 from controller.store.factory import open_store
 from controller.store.heartbeat import Heartbeat
-from controller.store.keys import JOBS_PREFIX, job_key
+from controller.store.keys import job_key
 
 log = logs.get("relaunch.daemon")
 
 
-class Degradation:
-    """`controller_degraded` for this instance, fed by several sources (the leader lease, the
-    reconcile pass): raised once when any source has failed `threshold` times in a row, resolved
-    once every source succeeds again. Sources never resolve one another's trouble."""
-
-    KIND = "controller_degraded"
-
-    def __init__(self, alerts: AlertSink, threshold: int):
-        self._alerts = alerts
-        self._threshold = max(1, threshold)
-        self._streaks: dict[str, int] = {}
-        self._raised = False
-        self._lock = threading.Lock()
-
-    def failed(self, source: str, errors: list[str]) -> None:
-        with self._lock:
-            self._streaks[source] = self._streaks.get(source, 0) + 1
-            streak = self._streaks[source]
-            fire = streak >= self._threshold and not self._raised
-            self._raised = self._raised or fire
-        if fire:
-            self._alerts.raise_alert(
-                self.KIND,
-                "ERROR",
-                f"{source}: {streak} tries in a row failed: {errors[0] if errors else 'unknown error'}",
-                details={"source": source, "failedTries": streak, "errors": errors[:5]},
-            )
-
-    def succeeded(self, source: str) -> None:
-        with self._lock:
-            before = self._streaks.pop(source, 0)
-            resolve = self._raised and not any(n >= self._threshold for n in self._streaks.values())
-            self._raised = self._raised and not resolve
-        if resolve:
-            self._alerts.resolve(
-                self.KIND, None, f"{source} works again", details={"failedTriesBefore": before}
-            )
-
-    def is_degraded(self) -> tuple[bool, str]:
-        with self._lock:
-            failing = sorted(source for source, n in self._streaks.items() if n >= self._threshold)
-        return bool(failing), ", ".join(failing)
-
-    def source(self, name: str) -> _PassHealth:
-        return _PassHealth(self, name)
-
-
-class _PassHealth:
-    """What the engine reports its reconcile passes to (the `ReconcileHealth` interface)."""
-
-    def __init__(self, degradation: Degradation, name: str):
-        self._degradation, self._name = degradation, name
-
-    def pass_failed(self, errors: list[str]) -> None:
-        self._degradation.failed(self._name, errors)
-
-    def pass_succeeded(self) -> None:
-        self._degradation.succeeded(self._name)
-
-
-class Controller:
+class Controller(HttpFacade):
     def __init__(self, settings: Settings, *, clock: Callable[[], float] = time.time):
         self.settings = settings
         self.clock = clock
@@ -152,7 +92,8 @@ class Controller:
         self.store = open_store(settings.state_store)
         self.lease = self._make_lease()
         self.vertex = VertexBackend(settings, on_api_error=self.metrics.api_error)
-        self.engine = Engine(
+        self.gauges = Gauges(self.metrics, self.store, settings, clock)
+        self.reconciler = Reconciler(
             settings,
             Dependencies(
                 store=self.store,
@@ -160,10 +101,10 @@ class Controller:
                 checkpoints=CheckpointProbe(),
                 alerts=self.alerts,
                 metrics=self.metrics,
+                on_transition=[self.gauges.transition],
             ),
             clock=clock,
             fence=self._fence,
-            is_leader=self.is_leader,
             guard=self._check_lease,
             on_deposed=self._deposed,
         )
@@ -172,24 +113,47 @@ class Controller:
             settings.topic_path(settings.dead_letter_topic),
             max_bytes=settings.dead_letter_max_bytes,
         )
-        # Creates wait for quota in their own ordered queue, timers run on workers: no caller
-        # (a Pub/Sub callback, the loop, the reconcile pass) ever waits for another job.
-        self.engine.queue_submissions(settings.submission_workers)
-        self.engine.run_timers_on(settings.timer_workers)
-        self._pass_thread: threading.Thread | None = None
-        self._pass_started_at = 0.0
         self.degradation = Degradation(self.alerts, settings.degraded_after_failed_passes)
-        self.engine.health = self.degradation.source("reconcile")
-        self.intake = Intake(self.engine, dead_letter=self._dead_letter)
+        self.queue = WorkQueue(
+            clock=clock, max_keys=settings.queue_max_keys, on_served=self.metrics.queue_waited
+        )
+        self.sources = Sources(
+            self.reconciler,
+            self.queue,
+            is_leader=self.is_leader,
+            health=self.degradation.source("reconcile"),
+            gauges=self.gauges,
+            on_unreadable=self.metrics.unreadable_hint,
+        )
+        self.intake = Intake(
+            self.store,
+            settings,
+            self.alerts,
+            enqueue=self.queue.add,
+            remember=self.reconciler.remember_request,
+            clock=clock,
+            metrics=self.metrics,
+            dead_letter=self._dead_letter,
+        )
         self.intake_guard = IntakeGuard(self.intake)
+        self._wakeup = threading.Event()  # the loop's wait ends early: a step-down, a stop
         self._stop = threading.Event()
-        self._streams: dict = {}
+        self.subscriptions = Subscriptions(
+            settings,
+            self.subscriber,
+            {
+                "requests": (settings.requests_subscription, self._on_request),
+                "events": (settings.events_subscription, self.sources.on_event_message),
+            },
+            self.alerts,
+            self.holder_id,
+        )
         self._leading = False
         self._keeper: LeaseKeeper | None = None
         self._step_down_reason: str | None = None  # set from any thread; the loop acts on it
         self._step_down_lock = threading.Lock()
         self._intake_paused = False  # the request stream is closed until the store answers
-        self.http = None
+        self.http: Any = None
         self._last_iteration_at = clock()  # liveness: when the control loop last completed a turn
         self._next_housekeeping = 0.0
         self.heartbeat = Heartbeat(self.store, self.holder_id, settings.lease_renew_seconds)
@@ -229,8 +193,8 @@ class Controller:
             self._step_down_reason = reason
         if self.lease is not None:
             self.lease.abandon()  # every later check fails at once, on every thread
-        self.engine.timers.clear()
-        self.engine.timers.wake()
+        self.queue.clear()
+        self._wakeup.set()
         log.error("deposed; stepping down", holder=self.holder_id, reason=reason)
 
     # --- subscriptions ----------------------------------------------------------------------
@@ -246,7 +210,7 @@ class Controller:
             if later.store_down:
                 self.degradation.failed("request intake", [str(later)])
                 self._intake_paused = True
-                self.engine.timers.wake()
+                self._wakeup.set()
             return
         log.info(
             "request handled",
@@ -258,82 +222,9 @@ class Controller:
         )
         message.ack()
 
-    def _on_event(self, message) -> None:
-        try:
-            vertex_job_id = vertex_job_id_from_log_entry(message.data)
-        except UnreadableHint as error:
-            # Redelivery cannot make it readable; the reconcile pass is the safety net.
-            log.warning(
-                "unreadable event acked and ignored", reason=str(error), message_id=message.message_id
-            )
-            self.metrics.unreadable_hint()
-            message.ack()
-            return
-        if vertex_job_id is not None:
-            try:
-                self.engine.on_hint(vertex_job_id)
-            except Deposed:
-                message.nack()  # the new leader takes it
-                return
-            except Exception:
-                log.exception("event handling failed; leaving it for redelivery", vertex_job_id=vertex_job_id)
-                message.nack()
-                return
-        message.ack()
-
-    def _open_streams(self, *which: str) -> None:
-        flow = pubsub_v1.types.FlowControl(max_messages=self.settings.max_outstanding_messages)
-        s = self.settings
-        subscriptions = {
-            "requests": (s.requests_subscription, self._on_request),
-            "events": (s.events_subscription, self._on_event),
-        }
-        for name in which or tuple(subscriptions):
-            if name in self._streams:
-                continue
-            subscription, callback = subscriptions[name]
-            path = s.subscription_path(subscription)
-            # Supervised: a stream that ends on its own is reported and reopened with backoff.
-            stream = SupervisedStream(
-                name,
-                lambda path=path, callback=callback: self.subscriber.subscribe(
-                    path, callback=callback, flow_control=flow
-                ),
-                path,
-                max_backoff_seconds=s.stream_retry_max_seconds,
-            )
-            stream.open()
-            self._streams[name] = stream
-        log.info("subscriptions opening", streams=sorted(self._streams))
-
-    # --- health -------------------------------------------------------------------------------
-    STREAMS_CONDITION = "subscriptions"
-
-    def stream_problems(self) -> list[str]:
-        return [f"{stream.name}: {stream.problem}" for stream in self._streams.values() if stream.problem]
-
-    def _supervise_streams(self) -> None:
-        """Each loop turn: notice ended streams, reopen them when due, and raise
-        `controller_degraded` once while any is down (resolved when all deliver again)."""
-        for stream in list(self._streams.values()):
-            stream.check()
-        problems = self.stream_problems()
-        firing = self.alerts.is_firing("controller_degraded", None, self.STREAMS_CONDITION)
-        if problems and not firing:
-            self.alerts.raise_alert(
-                "controller_degraded",
-                "ERROR",
-                f"controller {self.holder_id} is not receiving messages: {'; '.join(problems)}",
-                details={"streams": problems},
-                condition=self.STREAMS_CONDITION,
-            )
-        elif firing and not problems and self._streams:
-            self.alerts.resolve(
-                "controller_degraded",
-                None,
-                f"controller {self.holder_id} receives from every subscription again",
-                condition=self.STREAMS_CONDITION,
-            )
+    @property
+    def _streams(self) -> dict[str, Any]:
+        return self.subscriptions.streams
 
     def _loop_turn_completed(self) -> None:
         self._last_iteration_at = self.clock()
@@ -350,37 +241,19 @@ class Controller:
             self.metrics.pruned("rejected", report.rejected_deleted)
         if report.jobs_deleted:
             self.metrics.pruned("job", len(report.jobs_deleted))
-        self.engine.forget_finished({state.job_id for state in self.engine.live_states()})
 
     def _forget_job(self, job_id: str) -> None:
         self.alerts.forget_job(job_id)
         self.metrics.forget_job(job_id)
-
-    def _close_streams(self, *which: str, timeout: float = 10.0) -> bool:
-        """Stop pulling and let in-flight callbacks finish, all within `timeout` seconds in total
-        (not per stream); True when every stream drained in that time."""
-        deadline = time.monotonic() + timeout
-        names = [name for name in (which or tuple(self._streams)) if name in self._streams]
-        for name in names:
-            self._streams[name].cancel()  # stop pulling; in-flight callbacks run to completion
-        drained = True
-        for name in names:
-            try:
-                self._streams.pop(name).result(timeout=max(0.0, deadline - time.monotonic()))
-            except FutureTimeout:
-                drained = False
-            except Exception:
-                pass  # a stream that ended with an error has nothing left to drain
-        return drained
 
     def _pause_or_resume_intake(self) -> None:
         """While the store fails the intake, pull no requests: each delivery that cannot be
         recorded spends one of the few the subscription allows before dead-lettering it."""
         if not self._intake_paused:
             return
-        if "requests" in self._streams:
+        if "requests" in self.subscriptions.streams:
             log.warning("pausing request intake until the state store answers")
-            self._close_streams("requests")
+            self.subscriptions.close("requests")
         try:
             self.store.get(job_key("intake-probe"))
         except Exception as error:
@@ -389,60 +262,7 @@ class Controller:
         self._intake_paused = False
         self.degradation.succeeded("request intake")
         if self._leading:
-            self._open_streams("requests")
-
-    # --- HTTP facade used by controller.service.http ------------------------------------------------
-    def accept_request(
-        self, data: bytes, attributes: dict[str, str], delivery: Delivery | None = None
-    ) -> IntakeResult:
-        return self.intake_guard.accept(data, attributes, delivery)
-
-    def job_document(self, job_id: str) -> dict | None:
-        record = self.store.get(job_key(job_id))
-        if record is None:
-            return None
-        document = status_document(record.document)
-        position = self.engine.queue_position(job_id)
-        if position is not None:
-            # Only the leader knows the queue: the stored phase says "submitting" either way.
-            document["submissionQueue"] = {
-                "position": position,
-                "waiting": self.engine.submissions.waiting() if self.engine.submissions else position,
-                "summary": f"queued for submission, position {position} (waiting for a create-quota slot)",
-            }
-        return document
-
-    def list_job_documents(self) -> list[dict]:
-        return [status_document(r.document, with_timeline=False) for r in self.store.list(JOBS_PREFIX)]
-
-    def is_alive(self) -> bool:
-        """False once the control loop has not completed a turn for `loop_stall_seconds` (a
-        wedged loop: Cloud Run's liveness probe then restarts the instance)."""
-        if self._stop.is_set():
-            return False
-        stalled_for = self.clock() - self._last_iteration_at
-        if stalled_for > self.settings.loop_stall_seconds:
-            log.error("control loop stalled", stalled_seconds=round(stalled_for, 1))
-            return False
-        # The pass runs beside the loop: a wedged one stalls reconciliation, not the loop.
-        pass_for = self.clock() - self._pass_started_at
-        if self._pass_running() and pass_for > self.settings.loop_stall_seconds:
-            log.error("reconcile pass stalled", stalled_seconds=round(pass_for, 1))
-            return False
-        return True
-
-    def is_ready(self) -> tuple[bool, str]:
-        if self._stop.is_set():
-            return False, "shutting down"
-        degraded, failing = self.degradation.is_degraded()
-        if degraded:
-            return False, f"degraded, standing by: {failing} failing"
-        if self._leading:
-            if not self._streams:
-                return False, "leader without subscriptions"
-            problems = self.stream_problems()
-            return (False, "leader not receiving: " + "; ".join(problems)) if problems else (True, "leader")
-        return True, "standby"
+            self.subscriptions.open("requests")
 
     def _release_lease(self) -> None:
         if self.lease is not None and self._leading and self._step_down_reason is None:
@@ -477,10 +297,10 @@ class Controller:
         self._leading = True
         log.info("became leader", holder=self.holder_id, fence=self._fence())
         try:
-            self._open_streams(*(("events",) if self._intake_paused else ()))
+            self.subscriptions.open(*(("events",) if self._intake_paused else ()))
         except Exception as error:
             self._deposed(f"cannot open the subscriptions: {error!r}")
-        self._next_reconcile = 0.0
+        self.queue.add(PASS_KEY)  # the first pass at once; it requeues itself every period
         self.metrics.set_leader(True)
 
     def _step_down(self) -> None:
@@ -491,10 +311,10 @@ class Controller:
             self._keeper = None
         if self.lease is not None:
             self.lease.abandon()
-        self.engine.timers.clear()
-        if self.engine.submissions is not None:
-            self.engine.submissions.clear()
-        self._close_streams()
+        self.queue.clear()
+        self.vertex.lane.clear()
+        self.sources.forget_index()
+        self.subscriptions.close()
         self._leading = False
         self._step_down_reason = None
         self.metrics.set_leader(False)
@@ -511,7 +331,7 @@ class Controller:
             region=self.settings.region,
             state_store=self.settings.state_store,
         )
-        self._next_reconcile = 0.0
+        self.queue.start(self.settings.reconcile_workers, self.sources.serve)
         next_lease_try = 0.0
         try:
             while not self._stop.is_set():
@@ -526,70 +346,28 @@ class Controller:
                     )
                 self._pause_or_resume_intake()
                 if self._leading:
-                    if now >= self._next_reconcile and not self._pass_running():
-                        # Periods count from a pass's start; a pass longer than the period is
-                        # followed by the next one as soon as it ends, never by two at once.
-                        self._next_reconcile = now + self.settings.reconcile_seconds
-                        self._start_pass()
-                    self._guarded(self.engine.fire_due_timers, "timers")
-                    self._guarded(self._supervise_streams, "stream supervision")
+                    self._guarded(self.subscriptions.supervise, "stream supervision")
                     self._guarded(self._housekeeping, "housekeeping")
+                    self.metrics.queue_state(self.queue.stats())
+                    self.queue.wake()  # wake-ups are on `clock`, which may jump (a test's, NTP)
                     self._guarded(lambda: self.heartbeat.beat(self.clock(), fence=self._fence()), "heartbeat")
                 self._loop_turn_completed()
-                wait_until = self._next_reconcile if self._leading else next_lease_try
-                if self._pass_running():
-                    wait_until = self.clock() + 1.0  # the pass wakes us when it ends
-                self.engine.timers.wait(max(0.0, min(1.0, wait_until - self.clock())))
+                wait = 1.0 if self._leading else max(0.0, min(1.0, next_lease_try - self.clock()))
+                self._wakeup.wait(wait)
+                self._wakeup.clear()
         finally:
             self._shutdown()
         return 0
 
-    def _pass_running(self) -> bool:
-        return self._pass_thread is not None and self._pass_thread.is_alive()
-
-    def _start_pass(self) -> None:
-        def run_pass() -> None:
-            self._guarded(self.engine.reconcile, "reconcile")
-            self.engine.timers.wake()
-
-        self._pass_started_at = self.clock()
-        self._pass_thread = threading.Thread(target=run_pass, name="reconcile", daemon=True)
-        self._pass_thread.start()
-
     def _guarded(self, fn, what: str) -> None:
         try:
             fn()
-        except Deposed:
-            pass  # already reported; the loop steps down on its next turn
         except Exception:
             log.exception(f"{what} failed; will try again")
 
     def stop(self) -> None:
         self._stop.set()
-        self.engine.timers.wake()
-
-    def _start_http(self) -> None:
-        from controller.service.http import make_server
-
-        verifier = None
-        if self.settings.push_service_account:
-            from controller.service.push_auth import PushVerifier
-
-            verifier = PushVerifier(
-                audience=self.settings.push_audience or "",
-                service_account=self.settings.push_service_account,
-                certs_url=self.settings.push_certs_url,
-            )
-        self.http = make_server(
-            "0.0.0.0",
-            self.settings.port,
-            self,
-            self.metrics,
-            verifier,
-            max_workers=self.settings.http_max_workers,
-        )
-        self.http.start()
-        log.info("http serving", port=self.http.port)
+        self._wakeup.set()
 
     def _shutdown(self) -> None:
         """Within `shutdown_seconds` in all (Cloud Run sends SIGKILL 10 s after SIGTERM): stop
@@ -602,12 +380,12 @@ class Controller:
             self._keeper.stop(timeout=min(1.0, budget / 10))
         # Keep the last part of the budget for the lease release (one GCS delete).
         release_reserve = min(3.0, budget / 3)
-        drained = self._close_streams(timeout=max(0.0, deadline - release_reserve - time.monotonic()))
+        drained = self.subscriptions.close(timeout=max(0.0, deadline - release_reserve - time.monotonic()))
         if not drained:
             log.warning("subscriptions not drained in time; releasing the lease first")
         self._release_lease()  # unacked messages are redelivered to the successor: nothing is lost
         self._leading = False
-        self.engine.stop_workers()
+        self.queue.stop()
         if self.http is not None:
             self.http.stop()
         if self.webhook is not None:

@@ -1,17 +1,14 @@
 """The daemon's HTTP server: health probes, metrics, job status and the Pub/Sub push endpoint.
 
 Stdlib `HTTPServer` on a background thread, handing each connection to a bounded pool of worker
-threads; when every worker is busy and the short queue is full, a connection is answered 503 at
-once instead of growing threads without limit. The engine sits behind the `ControllerApp` protocol, so this module
-knows nothing of how jobs are stored or run.
+threads; when all are busy and the short queue is full, a connection is answered 503 at once. The
+controller sits behind the `ControllerApp` protocol: this module knows nothing of jobs.
 
-Push acknowledgement rule: 2xx acknowledges, anything else makes Pub/Sub redeliver. Requests the
-engine has durably recorded (including invalid and conflicting ones, which it dead-letters itself)
-are acknowledged with 204; only an exception from the engine (state store down, ...) answers 500,
-because then nothing was recorded and a redelivery can succeed. The push's delivery attempt goes
-to the engine, whose intake guard dead-letters a message that keeps failing (intake_guard.py),
-so no push is answered 500 for ever. Client input never answers 500: a bad path or job id is
-404, a body that is not a push envelope (garbage, nesting too deep) 400, a bad token 401/403.
+Push acknowledgement rule: 2xx acknowledges, anything else makes Pub/Sub redeliver. What the
+controller has durably recorded (invalid and conflicting requests too, which it dead-letters) is
+acknowledged with 204; only infrastructure trouble (state store down) answers 500, and the intake
+guard (intake_guard.py) dead-letters a message that keeps failing, so no push gets 500 for ever.
+Client input never answers 500: a bad path or job id 404, not a push envelope 400, a bad token 401/403.
 """
 
 from __future__ import annotations
@@ -54,7 +51,7 @@ _log = logs.get("relaunch.http")
 
 
 class ControllerApp(Protocol):
-    """What the HTTP server needs from the controller engine."""
+    """What the HTTP server needs from the controller."""
 
     def accept_request(
         self, data: bytes, attributes: dict[str, str], delivery: Delivery | None = None
@@ -103,11 +100,8 @@ def decode_push_envelope(body: bytes) -> tuple[bytes, dict[str, str], Delivery]:
         raise MalformedEnvelope("message.attributes is not a string map")
     message_id = message.get("messageId") or message.get("message_id")
     attempt = envelope.get("deliveryAttempt")
-    delivery = Delivery(
-        message_id if isinstance(message_id, str) else None,
-        attempt if isinstance(attempt, int) and not isinstance(attempt, bool) else None,
-    )
-    return data, dict(attributes), delivery
+    attempt = attempt if isinstance(attempt, int) and not isinstance(attempt, bool) else None
+    return data, dict(attributes), Delivery(message_id if isinstance(message_id, str) else None, attempt)
 
 
 class _Server(HTTPServer):
@@ -232,7 +226,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _healthz(self) -> None:
         try:
             alive = bool(self.server.app.is_alive())
-        except Exception as error:  # an engine that cannot answer is not alive
+        except Exception as error:  # a controller that cannot answer is not alive
             _log.error("liveness check raised", error=repr(error))
             alive = False
         self._text(HTTPStatus.OK if alive else HTTPStatus.SERVICE_UNAVAILABLE, "ok" if alive else "not alive")
@@ -264,6 +258,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(HTTPStatus.OK, document)
 
     def _push(self) -> None:
+        assert self.server.verifier is not None  # routed here only when push is enabled
         try:
             self.server.verifier.verify(self.headers.get("Authorization"))
         except PushAuthError as refusal:
@@ -357,7 +352,7 @@ class HttpServer:
 
     @property
     def host(self) -> str:
-        return self._server.server_address[0]
+        return str(self._server.server_address[0])
 
     def start(self) -> HttpServer:
         if self._thread is None:

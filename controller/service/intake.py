@@ -5,37 +5,39 @@ caller (a Pub/Sub callback, or the push endpoint) may ack; bad input is recorded
 `rejected/`, copied to the dead-letter topic with its reason and alerted, and reported as
 `invalid` / `conflict`. Anything else raises, and the caller does not ack; callers go through
 `IntakeGuard` (intake_guard.py), which dead-letters a message that keeps failing while the store
-answers, so that only the store being down holds requests back. A recorded job is handed to the engine, which submits it.
+answers, so that only the store being down holds requests back. A recorded job's id goes into the
+work queue (`enqueue`); its reconcile submits it. The intake decides nothing about a job.
 
 Intake needs no leadership. Every record it writes is an unfenced, create-only write (a job, a
 cancel, a rejection), so any instance, leader or standby, may take a delivery and record it, and
 a delivery seen twice records nothing twice. The leader acts on what is recorded.
 
-A cancel is recorded under `cancels/{job}` whether or not the job exists yet. If its request
-arrives later, the job is born cancelled (no Vertex job is ever made); if the two race, the
-engine finds the cancel record the next time it touches the job. So no cancel is lost to order.
+A cancel is recorded under `cancels/{job}` whether or not the job exists yet. Every reconcile of
+a job reads its cancel record as one of the facts the core decides on, so a job whose cancel
+came first is cancelled on its first look (no Vertex job is ever made), and no cancel is lost to
+the order in which things arrive.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Any, Literal
 
 from controller import logs
-from controller.core import events as ev
-from controller.core.decide import decide, new_job
+from controller.core.decide import new_job
+from controller.jobrecord import JobRecord
 from controller.readmodel.jobs import entry
-from controller.request import CancelRequest, RequestInvalid, parse_request
+from controller.request import CancelRequest, JobRequest, RequestInvalid, parse_request
 from controller.request.nesting import nests_too_deeply
+from controller.service.alerts import AlertSink
 from controller.service.ownership import claim_checkpoint_root
-from controller.store import AlreadyExists
+from controller.settings import Settings
+from controller.store import AlreadyExists, StateStore
 from controller.store.keys import cancel_key, job_key, rejected_key_for_payload
-
-if TYPE_CHECKING:  # the engine (and its Vertex client) is not needed to name a result
-    from controller.service.engine import Engine
 
 log = logs.get("relaunch.intake")
 
@@ -65,13 +67,29 @@ class IntakeResult:
 
 
 class Intake:
-    def __init__(self, engine: Engine, *, dead_letter: Callable[[bytes, str], None] | None = None):
-        self.engine = engine
-        self.store = engine.store
+    def __init__(
+        self,
+        store: StateStore,
+        settings: Settings,
+        alerts: AlertSink,
+        *,
+        enqueue: Callable[[str], object] = lambda job_id: None,
+        remember: Callable[[JobRequest], None] = lambda request: None,
+        clock: Callable[[], float] = time.time,
+        metrics: Any | None = None,
+        dead_letter: Callable[[bytes, str], None] | None = None,
+    ):
+        self.store = store
+        self.settings = settings
+        self.alerts = alerts
+        self._enqueue = enqueue
+        self._remember = remember
+        self.clock = clock
+        self.metrics = metrics
         self._dead_letter = dead_letter
 
     def accept(self, data: bytes, attributes: dict[str, str] | None = None) -> IntakeResult:
-        settings = self.engine.settings
+        settings = self.settings
         try:
             request = parse_request(data, allow_local_checkpoints=settings.allow_local_checkpoints)
         except RequestInvalid as error:
@@ -88,34 +106,21 @@ class Intake:
             refusal = claim_checkpoint_root(self.store, request.job_id, request.checkpoint_uri, settings)
             if refusal is not None:
                 return self._reject(data, refusal.status, refusal.reason, request.job_id)
-            now = self.engine.clock()
+            now = self.clock()
             state = new_job(request.job_id, request.restart_policy, now, request.elastic)
             timeline = [entry(now, 0, "request accepted")]
-            cancelled_before = self.store.get(cancel_key(request.job_id)) is not None
-            if cancelled_before:
-                state = decide(
-                    state, ev.CancelRequested(), now, self.engine.rng, self.engine.core_config
-                ).state
-                timeline.append(entry(now, 0, "cancelled: the cancel request arrived before the job"))
-            document = {
-                "request": request.to_json(),
-                "fingerprint": fingerprint,
-                "state": state.to_dict(),
-                "timeline": timeline,
-            }
+            document = JobRecord(request.to_json(), fingerprint, state, tuple(timeline)).to_dict()
             try:
                 # Unfenced and create-only: any instance may record it, leader or not.
                 self.store.create(job_key(request.job_id), document)
             except AlreadyExists:
                 existing = self.store.get(job_key(request.job_id))
             else:
-                self.engine.remember_request(request)
-                log.info("job accepted", job_id=request.job_id, attempt=0, born_cancelled=cancelled_before)
-                self.engine.timers.schedule(request.job_id, now)  # the engine submits attempt 1
-                return IntakeResult(
-                    "accepted", request.job_id, "accepted, and cancelled" if cancelled_before else "accepted"
-                )
-        if existing is not None and existing.document.get("fingerprint") == fingerprint:
+                self._remember(request)
+                log.info("job accepted", job_id=request.job_id, attempt=0)
+                self._enqueue(request.job_id)  # its reconcile submits attempt 1 (or cancels it)
+                return IntakeResult("accepted", request.job_id, "accepted")
+        if existing is not None and JobRecord.from_dict(existing.document).fingerprint == fingerprint:
             return IntakeResult("duplicate", request.job_id, "already accepted; nothing to do")
         return self._reject(
             data,
@@ -126,7 +131,7 @@ class Intake:
         )
 
     def _record_cancel(self, job_id: str) -> IntakeResult:
-        now = self.engine.clock()
+        now = self.clock()
         try:
             self.store.create(cancel_key(job_id), {"jobId": job_id, "time": now})
         except AlreadyExists:
@@ -134,7 +139,7 @@ class Intake:
         known = self.store.get(job_key(job_id)) is not None
         log.info("cancel recorded", job_id=job_id, attempt=None, job_known=known)
         if known:
-            self.engine.timers.schedule(job_id, now)  # the leader applies it at once
+            self._enqueue(job_id)  # the leader's reconcile applies it at once
             return IntakeResult("cancel", job_id, "cancel requested")
         return IntakeResult("cancel", job_id, "cancel recorded; the job will be born cancelled")
 
@@ -144,9 +149,8 @@ class Intake:
         return self._reject(data, "internal", f"internal: {type(error).__name__}", _guess_job_id(data))
 
     def _reject(self, data: bytes, status: IntakeStatus, reason: str, job_id: str | None) -> IntakeResult:
-        engine = self.engine
         record = {
-            "time": engine.clock(),
+            "time": self.clock(),
             "status": status,
             "reason": reason,
             "jobId": job_id,
@@ -159,7 +163,7 @@ class Intake:
         else:
             if self._dead_letter is not None:
                 self._dead_letter(data, reason)
-            engine.alerts.raise_alert(
+            self.alerts.raise_alert(
                 "request_rejected",
                 "WARNING",
                 f"request rejected ({status}): {reason}",
@@ -167,8 +171,8 @@ class Intake:
                 details={"reason": reason, "status": status},
                 cause=_rejection_cause(status, reason),
             )
-            if engine.metrics is not None:
-                engine.metrics.rejected(status)
+            if self.metrics is not None:
+                self.metrics.rejected(status)
         log.warning("request rejected", job_id=job_id, attempt=None, status=status, reason=reason)
         return IntakeResult(status, job_id, reason)
 

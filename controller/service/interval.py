@@ -26,7 +26,6 @@ work-losing (KILLED), the side that shortens the interval rather than one that m
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from datetime import datetime
 from typing import Any
 
 from controller import logs
@@ -48,6 +47,8 @@ from controller.readmodel.jobs import INTERVALS_FIELD, TRAINER_FIGURES_FIELD, ap
 from controller.request import JobRequest
 from controller.request.capacity import capacity_class
 from controller.request.render import build_custom_job
+from controller.service.interval_records import epoch as _epoch
+from controller.service.interval_records import measured_before as _measured_before
 from controller.settings import Settings
 from controller.store import AlreadyExists, StateStore, VersionConflict
 from controller.store.keys import INTERVAL_LEDGER_KEY, LEDGER_PENDING_FIELD, job_key
@@ -396,24 +397,3 @@ class IntervalKeeper:
             )
             return decision.seconds
         raise RuntimeError(f"{job_id}: job document kept changing while recording the checkpoint interval")
-
-
-def _measured_before(decisions: dict[str, Any] | None) -> CheckpointCost | None:
-    """The C the job's newest earlier decision measured from commit markers, if any did."""
-    for attempt, chosen in sorted((decisions or {}).items(), key=lambda item: -int(item[0])):
-        source = str(chosen.get("costSource") or "")
-        if source.startswith("commit markers") and chosen.get("stallSeconds") is not None:
-            return CheckpointCost(
-                float(chosen["stallSeconds"]),
-                float(chosen.get("writeSeconds") or 0.0),
-                source if " of attempt " in source else f"commit markers of attempt {attempt}",
-            )
-    return None
-
-
-def _epoch(stamp: str) -> float | None:
-    """Seconds since the epoch of a trainer timestamp (`layout.utc_now`), None if unreadable."""
-    try:
-        return datetime.fromisoformat(stamp).timestamp()
-    except (TypeError, ValueError):
-        return None

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
@@ -72,8 +73,28 @@ class Metrics:
             ["job_id"],
             registry=r,
         )
+        self.queue_depth = Gauge(
+            "relaunch_workqueue_depth",
+            "Job ids in the work queue, by kind (ready, delayed, serving).",
+            ["kind"],
+            registry=r,
+        )
+        self.queue_oldest = Gauge(
+            "relaunch_workqueue_oldest_seconds",
+            "How long the oldest ready job id has waited for a worker.",
+            registry=r,
+        )
+        self.queue_wait = Histogram(
+            "relaunch_workqueue_wait_seconds",
+            "Time a job id waited in the work queue, from ready to served.",
+            buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 30, 120),
+            registry=r,
+        )
+        self.queue_refused = Gauge(
+            "relaunch_workqueue_refused", "Job ids the full work queue refused since the start.", registry=r
+        )
         self._known_states: set[str] = set()
-        # The engine sets counts while an HTTP thread may be refreshing them for a scrape.
+        # A queue worker sets counts while an HTTP thread may be refreshing them for a scrape.
         self._states_lock = threading.Lock()
 
     # --- jobs by state -------------------------------------------------------------------------
@@ -127,6 +148,17 @@ class Metrics:
 
     def set_goodput(self, job_id: str, ratio: float) -> None:
         self.goodput_ratio.labels(job_id=job_id).set(ratio)
+
+    def queue_waited(self, seconds: float) -> None:
+        self.queue_wait.observe(max(0.0, seconds))
+
+    def queue_state(self, stats: Any) -> None:
+        """A `workqueue.QueueStats`."""
+        self.queue_depth.labels(kind="ready").set(stats.ready)
+        self.queue_depth.labels(kind="delayed").set(stats.delayed)
+        self.queue_depth.labels(kind="serving").set(stats.serving)
+        self.queue_oldest.set(stats.oldest_ready_seconds)
+        self.queue_refused.set(stats.refused)
 
     def render(self) -> bytes:
         """The registry in Prometheus text format."""

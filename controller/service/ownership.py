@@ -8,7 +8,14 @@ duplicate delivery) finds its own claim and goes on.
 
 Claim keys hash each path segment, so the claim of `gs://b/runs` is a key prefix of the claim of
 `gs://b/runs/a`: roots inside a root are found with one `list`, roots above it with one `get` per
-level. Claims are written only by the leader's intake, serialised here by one lock.
+level.
+
+No lock: intakes claim side by side (so their writes share the store's group commit). A claim is
+written first and checked after: the create-only write settles two claims of one root, and for
+roots that overlap, whoever finds the other's claim after writing its own withdraws it and is
+refused. Of two overlapping claims made at once at least one sees the other, so an overlap is
+never granted; at worst both see each other and both requests are refused as conflicts (they
+named overlapping roots, which is the user's error either way).
 
 A claim lives as long as its job's record: when retention deletes a finished job, its claim goes
 too, and the root may be named again (the new job then resumes from what it finds there).
@@ -16,7 +23,6 @@ too, and the root may be named again (the new job then resumes from what it find
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 from typing import Literal
 
@@ -26,8 +32,6 @@ from controller.store.keys import CHECKPOINT_ROOTS_PREFIX, checkpoint_root_key
 
 # A claim key must stay within the store's 512 characters: 17 + 11 per level.
 MAX_ROOT_LEVELS = 40
-
-_claims_lock = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -73,34 +77,42 @@ def claim_checkpoint_root(
             f"checkpoint.uri: at most {MAX_ROOT_LEVELS - 1} folder levels (got {len(segments) - 1})",
         )
     root = "/".join(segments)
-    with _claims_lock:
-        for depth in range(2, len(segments) + 1):  # the root itself and every folder above it
-            claim = store.get(checkpoint_root_key(segments[:depth]))
-            if claim is None or claim.document.get("jobId") == job_id:
-                continue
-            owner, owned = claim.document.get("jobId"), claim.document.get("root")
-            if owned != "/".join(segments[:depth]):
-                continue  # a hash collision with another name: not an overlap
-            if depth == len(segments):
-                return Refusal("conflict", f"checkpoint.uri: {uri} is the checkpoint root of job {owner!r}")
+    key = checkpoint_root_key(segments)
+    try:
+        mine: int | None = store.create(key, {"root": root, "jobId": job_id}, fence=fence)
+    except AlreadyExists:
+        claim = store.get(key)
+        if claim is not None and claim.document.get("jobId") != job_id:
+            owner = claim.document.get("jobId")
+            return Refusal("conflict", f"checkpoint.uri: {uri} is the checkpoint root of job {owner!r}")
+        mine = None  # ours already (a duplicate delivery): check the neighbours all the same
+    refusal = _overlap(store, job_id, uri, segments, root, key)
+    if refusal is not None and mine is not None:
+        store.delete(key, expected_version=mine)  # withdraw: the other claim stands
+    return refusal
+
+
+def _overlap(
+    store: StateStore, job_id: str, uri: str, segments: list[str], root: str, key: str
+) -> Refusal | None:
+    """Another job's claim above this root (or on a folder above it), or inside it."""
+    for depth in range(2, len(segments)):  # every folder above the root
+        claim = store.get(checkpoint_root_key(segments[:depth]))
+        if claim is None or claim.document.get("jobId") == job_id:
+            continue
+        owner, owned = claim.document.get("jobId"), claim.document.get("root")
+        if owned != "/".join(segments[:depth]):
+            continue  # a hash collision with another name: not an overlap
+        return Refusal(
+            "conflict", f"checkpoint.uri: {uri} is inside {owned}, the checkpoint root of job {owner!r}"
+        )
+    for inner in store.list(key + "/"):
+        owner, owned = inner.document.get("jobId"), str(inner.document.get("root", ""))
+        if owner != job_id and owned.startswith(root + "/"):
             return Refusal(
-                "conflict", f"checkpoint.uri: {uri} is inside {owned}, the checkpoint root of job {owner!r}"
+                "conflict",
+                f"checkpoint.uri: {uri} contains {owned}, the checkpoint root of job {owner!r}",
             )
-        key = checkpoint_root_key(segments)
-        for inner in store.list(key + "/"):
-            owner, owned = inner.document.get("jobId"), str(inner.document.get("root", ""))
-            if owner != job_id and owned.startswith(root + "/"):
-                return Refusal(
-                    "conflict",
-                    f"checkpoint.uri: {uri} contains {owned}, the checkpoint root of job {owner!r}",
-                )
-        try:
-            store.create(key, {"root": root, "jobId": job_id}, fence=fence)
-        except AlreadyExists:
-            claim = store.get(key)
-            if claim is not None and claim.document.get("jobId") != job_id:
-                owner = claim.document.get("jobId")
-                return Refusal("conflict", f"checkpoint.uri: {uri} is the checkpoint root of job {owner!r}")
     return None
 
 

@@ -15,6 +15,7 @@ import random
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 from google.api_core import exceptions as gexc
 
@@ -59,7 +60,7 @@ class SupervisedStream:
         self._clock = clock
         self._rng = rng or random.Random()
         self._lock = threading.Lock()
-        self._future = None
+        self._future: Any = None
         self._cancelled = False
         self._failures = 0  # consecutive ends without a healthy check in between
         self._retry_at: float | None = None

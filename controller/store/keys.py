@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from controller.core.model import TERMINAL_PHASE_NAMES
+from controller import jobrecord
 
 JOBS_PREFIX = "jobs/"
 REJECTED_PREFIX = "rejected/"
@@ -20,7 +20,7 @@ INTERVAL_LEDGER_KEY = "checkpoint-interval/ledger"
 # A field of a finished job's document, set in the same write as its terminal state when the
 # ledger above has yet to count its endings, and removed once it has: it keeps the job in the
 # live index until then, so a crash between the two writes loses no ending.
-LEDGER_PENDING_FIELD = "intervalLedgerPending"
+LEDGER_PENDING_FIELD = jobrecord.LEDGER_PENDING
 
 
 def job_key(job_id: str) -> str:
@@ -53,13 +53,7 @@ def is_live(key: str, document: dict[str, Any]) -> bool:
     has not reached a terminal phase, or a finished one whose endings the checkpoint interval's
     ledger has yet to count (`LEDGER_PENDING_FIELD`). A job document whose phase cannot be read
     counts as live, so that nothing unreadable ever drops out of the reconcile pass."""
-    if not key.startswith(JOBS_PREFIX):
-        return False
-    if document.get(LEDGER_PENDING_FIELD):
-        return True
-    state = document.get("state")
-    phase = state.get("phase") if isinstance(state, dict) else None
-    return phase not in TERMINAL_PHASE_NAMES
+    return key.startswith(JOBS_PREFIX) and jobrecord.is_live_document(document)
 
 
 # The leading controller's sign of life (controller.store.heartbeat): the CLI reads it to tell a

@@ -10,19 +10,19 @@ from controller.adapters.checkpoints import CheckpointProbe
 from controller.adapters.pubsub import TopicPublisher
 from controller.adapters.vertex import VertexBackend
 from controller.service.alerts import AlertSink
-from controller.service.engine import Dependencies, Engine
+from controller.service.reconciler import Dependencies
 from controller.settings import Settings
 from controller.store.sqlite import SqliteStateStore
-from tests.support.engine import PROJECT, REGION
+from tests.support.engine import PROJECT, REGION, LocalController
 
 
 @pytest.fixture
 def make_engine(devstack, tmp_path, alerts_topic):
-    """Build an Engine on a fresh SQLite store; calling it again reopens the same store
-    (what a restarted controller sees)."""
+    """Build a controller's service layer (served on the test's thread) on a fresh SQLite store;
+    calling it again reopens the same store (what a restarted controller sees)."""
     db = tmp_path / "state.db"
 
-    def build(**overrides) -> Engine:
+    def build(**overrides) -> LocalController:
         values = {
             "vertex_endpoint": devstack.vertex.host_port,
             "project": PROJECT,
@@ -42,6 +42,6 @@ def make_engine(devstack, tmp_path, alerts_topic):
             checkpoints=CheckpointProbe(),
             alerts=alerts,
         )
-        return Engine(settings, deps, rng=random.Random(1))
+        return LocalController(settings, deps, rng=random.Random(1))
 
     return build

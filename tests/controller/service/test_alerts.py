@@ -23,12 +23,20 @@ from controller.adapters.checkpoints import CheckpointProbe
 from controller.adapters.pubsub import TopicPublisher
 from controller.adapters.vertex import VertexBackend
 from controller.adapters.webhook import WebhookSink
-from controller.core import events as ev
 from controller.service.alerts import AlertSink, rfc3339
-from controller.service.engine import Dependencies, Engine
+from controller.service.reconciler import Dependencies
 from controller.settings import Settings
 from controller.store.sqlite import SqliteStateStore
-from tests.support.engine import PROJECT, REGION, accept, drive, read_alerts, request, terminal
+from tests.support.engine import (
+    PROJECT,
+    REGION,
+    LocalController,
+    accept,
+    drive,
+    read_alerts,
+    request,
+    terminal,
+)
 
 FAST = {"backoff": {"initialSeconds": 0.1, "maxSeconds": 0.2}}
 SCHEMA_KEYS = {"kind", "severity", "jobId", "attempt", "summary", "details", "time", "state"}
@@ -49,7 +57,7 @@ def wait_for(condition, timeout: float = 30.0, step=lambda: None):
 
 
 def cancel_and_finish(engine, job_id):
-    engine.apply(job_id, ev.CancelRequested())
+    engine.cancel(job_id)
     drive(engine, job_id, terminal)
 
 
@@ -57,7 +65,7 @@ def cancel_and_finish(engine, job_id):
 def engine_for(devstack, tmp_path, alerts_topic):
     """An engine whose alert sink takes its cooldown from Settings (as the daemon builds it)."""
 
-    def build(**overrides) -> Engine:
+    def build(**overrides) -> LocalController:
         values = {
             "vertex_endpoint": devstack.vertex.host_port,
             "project": PROJECT,
@@ -78,7 +86,7 @@ def engine_for(devstack, tmp_path, alerts_topic):
             checkpoints=CheckpointProbe(),
             alerts=alerts,
         )
-        return Engine(settings, deps, rng=random.Random(1))
+        return LocalController(settings, deps, rng=random.Random(1))
 
     return build
 
@@ -243,7 +251,7 @@ def test_persistent_vertex_errors_raise_controller_degraded_and_recovery_resolve
 
         def one_pass():
             try:
-                engine.reconcile()
+                engine.run_pass()
             except Exception as error:  # what the daemon's guard does: log and try again
                 failures.append(error)
 

@@ -136,16 +136,16 @@ def test_liveness_fails_while_the_control_loop_is_wedged_and_recovers_after(devs
     reconciled = threading.Event()
 
     def wedge_reconcile_on_demand(controller: Controller) -> None:
-        reconcile = controller.engine.reconcile
+        one_pass = controller.sources._pass  # the periodic pass, as a queue worker runs it
 
-        def reconcile_or_hang() -> None:
+        def pass_or_hang(period: float) -> None:
             if wedge.is_set():
                 entered.set()
                 release.wait(120)
-            reconcile()
+            one_pass(period)
             reconciled.set()
 
-        controller.engine.reconcile = reconcile_or_hang
+        controller.sources._pass = pass_or_hang
 
     controller = run_controller(
         clock=clock,
@@ -159,8 +159,8 @@ def test_liveness_fails_while_the_control_loop_is_wedged_and_recovers_after(devs
     assert reconciled.wait(120), "the first reconcile pass never finished"
 
     wedge.set()
-    clock.advance(51)  # the next reconcile is due: the loop enters it and hangs
-    assert entered.wait(120), "the loop never entered the due reconcile"
+    clock.advance(51)  # the next pass is due: a queue worker enters it and hangs
+    assert entered.wait(120), "no worker entered the due pass"
     clock.advance(101)
     assert answer_of(controller, "/healthz")[0] == 503
 

@@ -18,7 +18,6 @@ from google.auth.credentials import AnonymousCredentials
 from google.cloud import storage
 from google.cloud.aiplatform_v1 import JobState
 
-from controller.core import events as ev
 from devstack.control import ControlClient
 from devstack.vertex.testing import wait_until
 from tests.support.engine import (
@@ -125,7 +124,7 @@ def test_a_stockout_shrinks_the_job_to_fit_and_it_grows_back_when_capacity_retur
         assert "grown back" in grown["summary"]
 
         # The trainer runs until stopped (no timing to race): cancel, and count what was made.
-        engine.apply(job_id, ev.CancelRequested())
+        engine.cancel(job_id)
         doc = drive(engine, job_id, terminal, timeout=120)
         assert doc["phase"] == "cancelled" and doc["failures"] == 0 and doc["attempt"] == 3
         # One CustomJob per attempt, nothing duplicated.

@@ -13,7 +13,6 @@ from google.auth.credentials import AnonymousCredentials
 from google.cloud import aiplatform_v1, storage
 
 from controller.adapters.pubsub import vertex_job_id_from_log_entry
-from controller.core import events as ev
 from tests.support.engine import (
     PROJECT,
     accept,
@@ -167,16 +166,16 @@ def test_lost_events_still_recover_within_one_reconcile_period(devstack, bucket,
     next_pass = 0.0
     while time.monotonic() < deadline:
         if time.monotonic() >= next_pass:
-            engine.reconcile()
+            engine.run_pass()
             next_pass = time.monotonic() + 1.0
-        engine.fire_due_timers()
+        engine.serve()
         doc = job_document(engine, "lost-1")
         if doc["attempt"] == 2 and doc["attempts"][1]["submittedAt"]:
             break
-        engine.timers.wait(0.05)
+        engine.queue.wait_for_work(0.05)
     assert doc["attempt"] == 2 and doc["attempts"][1]["submittedAt"], doc
     assert doc["attempts"][1]["submittedAt"] - ended_seen_at < 1.0 + 2.0  # one period + slack
-    engine.apply("lost-1", __import__("controller.core.events", fromlist=["x"]).CancelRequested())
+    engine.cancel("lost-1")
     doc = drive(engine, "lost-1", terminal)
     assert doc["phase"] == "cancelled"
 
@@ -188,7 +187,7 @@ def test_metrics_export_job_states_and_goodput(devstack, bucket, make_engine):
     engine.metrics = Metrics()
     accept(engine, request("met-1", bucket, args=["--steps", "3"]), {})
     drive(engine, "met-1", terminal)
-    engine.reconcile()
+    engine.run_pass()
     text = engine.metrics.render().decode()
     assert 'relaunch_jobs{state="succeeded"} 1.0' in text
     assert "relaunch_attempts_total 1.0" in text
@@ -234,7 +233,7 @@ def test_five_reclaims_that_sigkill_at_once_are_preemptions_that_spend_no_failur
         assert (ended["ending"], ended["rule"]) == ("preempted", "spot-reclaim"), ended
         assert "preempt" not in ended["errorMessage"].lower()
     assert doc["preemptions"] == 5 and doc["failures"] == 0
-    engine.apply("kill-5", ev.CancelRequested())
+    engine.cancel("kill-5")
     assert drive(engine, "kill-5", terminal)["phase"] == "cancelled"
 
 
@@ -317,7 +316,7 @@ def test_in_place_restarts_and_a_final_reclaim_when_vertex_ignores_disable_retri
     finally:
         devstack.vertex.restore(previous)
     assert doc["attempts"][0]["ending"] == "preempted" and doc["failures"] == 0
-    engine.apply("in-place", ev.CancelRequested())
+    engine.cancel("in-place")
     assert drive(engine, "in-place", terminal)["phase"] == "cancelled"
 
 

@@ -13,14 +13,13 @@ from google.cloud import aiplatform_v1
 from controller.adapters.checkpoints import CheckpointProbe
 from controller.adapters.pubsub import TopicPublisher
 from controller.adapters.vertex import VertexBackend
-from controller.core.events import CancelRequested
 from controller.request.labels import labels_for
 from controller.service.alerts import AlertSink
-from controller.service.engine import Dependencies, Engine
+from controller.service.reconciler import Dependencies
 from controller.settings import Settings
 from controller.store.gcs import GcsStateStore
 from devstack.vertex.testing import command_job, job_service_client
-from tests.support.engine import PROJECT, REGION, accept, drive, request, terminal
+from tests.support.engine import PROJECT, REGION, LocalController, accept, drive, request, terminal
 
 PARENT = f"projects/{PROJECT}/locations/{REGION}"
 LIVE = {aiplatform_v1.JobState.JOB_STATE_RUNNING}
@@ -31,7 +30,7 @@ ENDED = {
 }
 
 
-def gcs_store_engine(devstack, bucket: str, alerts_topic) -> Engine:
+def gcs_store_engine(devstack, bucket: str, alerts_topic) -> LocalController:
     """An engine whose state lives in GCS (devstack's), beside the jobs' checkpoints."""
     settings = Settings(
         vertex_endpoint=devstack.vertex.host_port,
@@ -47,7 +46,7 @@ def gcs_store_engine(devstack, bucket: str, alerts_topic) -> Engine:
         checkpoints=CheckpointProbe(),
         alerts=AlertSink(TopicPublisher(), alerts_topic[0], cooldown_seconds=0),
     )
-    return Engine(settings, deps, rng=random.Random(1))
+    return LocalController(settings, deps, rng=random.Random(1))
 
 
 def stray_custom_job(job_id: str, attempt: int) -> aiplatform_v1.CustomJob:
@@ -65,11 +64,11 @@ def test_a_pass_reads_nothing_of_finished_jobs_and_lists_live_custom_jobs_only(
     finished = drive(engine, "done-1", terminal)
     assert finished["phase"] == "succeeded"
     vertex_name = finished["attempts"][0]["vertexJob"]
-    engine.reconcile()
+    engine.run_pass()
     devstack.gcs.calls.reset()
     devstack.vertex.calls.reset()
 
-    engine.reconcile()
+    engine.run_pass()
 
     gcs = [path for kind, path in devstack.gcs.calls.recent() if f"/b/{bucket}/" in path]
     # One listing of the state prefix (its finished entries are skipped by their flag) and of
@@ -89,7 +88,7 @@ def test_a_finished_jobs_custom_job_that_still_runs_is_found_and_cancelled(devst
     stray = jobs.create_custom_job(parent=PARENT, custom_job=stray_custom_job("done-2", 1))
     devstack.vertex.wait_for_state(stray.name, LIVE, timeout=30)
 
-    engine.reconcile()  # the job is finished in the store: only Vertex's listing can find it
+    engine.run_pass()  # the job is finished in the store: only Vertex's listing can find it
 
     assert devstack.vertex.wait_for_state(stray.name, ENDED, timeout=30).state == (
         aiplatform_v1.JobState.JOB_STATE_CANCELLED
@@ -111,7 +110,7 @@ def test_hints_for_vertex_jobs_no_live_job_recorded_cost_no_get(devstack, bucket
 
     gets = [name for kind, name in devstack.vertex.calls.recent() if kind == "GetCustomJob"]
     assert gets == [ours]
-    engine.apply("hinted", CancelRequested())
+    engine.cancel("hinted")
     assert drive(engine, "hinted", terminal)["phase"] == "cancelled"
 
 
@@ -158,7 +157,7 @@ def test_hints_that_arrive_while_the_job_is_read_are_folded_into_one_more_read(d
 
     gets = [name for kind, name in devstack.vertex.calls.recent() if kind == "GetCustomJob"]
     assert gets == [ours, ours]  # the read under way, and one more for the five that came meanwhile
-    engine.apply("burst", CancelRequested())
+    engine.cancel("burst")
     assert drive(engine, "burst", terminal)["phase"] == "cancelled"
 
 
@@ -172,7 +171,7 @@ def test_checkpoint_probes_are_capped_per_pass_and_staggered_over_running_jobs(d
     probed = []
     for _ in range(4):
         devstack.gcs.calls.reset()
-        engine.reconcile()
+        engine.run_pass()
         listings = [
             p for kind, p in devstack.gcs.calls.recent() if kind == "GET list" and f"/b/{bucket}/" in p
         ]
@@ -181,5 +180,5 @@ def test_checkpoint_probes_are_capped_per_pass_and_staggered_over_running_jobs(d
     assert all(len(jobs) == 1 for jobs in probed), probed  # one checkpoint root a pass
     assert {job for jobs in probed for job in jobs} == {"probe-a", "probe-b"}  # taking turns
     for job_id in ("probe-a", "probe-b"):
-        engine.apply(job_id, CancelRequested())
+        engine.cancel(job_id)
         assert drive(engine, job_id, terminal)["phase"] == "cancelled"

@@ -10,14 +10,10 @@ is made (the intake only records), so this runs without devstack.
 from __future__ import annotations
 
 import json
-import random
 
 import pytest
 
-from controller.adapters.checkpoints import CheckpointProbe
-from controller.adapters.vertex import VertexBackend
 from controller.service.alerts import AlertSink
-from controller.service.engine import Dependencies, Engine
 from controller.service.http import decode_push_envelope
 from controller.service.intake import Intake
 from controller.service.intake_guard import MAX_ATTEMPTS, Delivery, IntakeGuard, RetryLater
@@ -73,18 +69,13 @@ def parts(tmp_path):
     alerts: list[dict] = []
     dead_letters: list[tuple[bytes, str]] = []
     metrics = Metrics()
-    engine = Engine(
+    intake = Intake(
+        store,
         settings,
-        Dependencies(
-            store=store,
-            vertex=VertexBackend(settings),
-            checkpoints=CheckpointProbe(),
-            alerts=AlertSink(None, None, cooldown_seconds=0, on_alert=alerts.append),
-            metrics=metrics,
-        ),
-        rng=random.Random(1),
+        AlertSink(None, None, cooldown_seconds=0, on_alert=alerts.append),
+        metrics=metrics,
+        dead_letter=lambda data, reason: dead_letters.append((data, reason)),
     )
-    intake = Intake(engine, dead_letter=lambda data, reason: dead_letters.append((data, reason)))
     return IntakeGuard(intake), store, alerts, dead_letters, metrics
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 
 from controller.cli.commands.status import describe_job
-from controller.core import events as ev
 from controller.core.adaptive_interval import Ledger
 from controller.core.checkpoint_interval import CapacityClass
 from controller.core.model import JobState
@@ -79,7 +78,7 @@ def test_a_sigkilled_attempt_teaches_the_ledger_once_and_the_next_attempt_gets_a
 
     # Applying the same ending again (a redelivered event, a reconcile pass) counts nothing more.
     before = engine.store.get(INTERVAL_LEDGER_KEY)
-    engine.reconcile()
+    engine.run_pass()
     stored = engine.store.get(job_key("auto-1")).document
     state = JobState.from_dict(stored["state"])
     parsed = parse_request(stored["request"])
@@ -91,7 +90,7 @@ def test_a_sigkilled_attempt_teaches_the_ledger_once_and_the_next_attempt_gets_a
     assert "attempt 1 interval: work-losing endings" in page and "prior only" in page
     assert "attempt 2 interval: work-losing endings" in page and "1 work-losing ending(s)" in page
 
-    engine.apply("auto-1", ev.CancelRequested())
+    engine.cancel("auto-1")
     assert drive(engine, "auto-1", terminal)["phase"] == "cancelled"
     # Its last ending counted at once, the finished job left the live index: no pass reads it.
     assert LEDGER_PENDING_FIELD not in engine.store.get(job_key("auto-1")).document

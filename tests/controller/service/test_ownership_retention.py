@@ -77,16 +77,14 @@ def test_rejected_records_are_kept_for_a_bounded_time_and_count(bucket, make_eng
 
 
 def test_finished_jobs_are_deleted_after_retention_with_their_claim(bucket, make_engine):
-    from controller.core import events as ev
     from tests.support.engine import drive, terminal
 
     engine = make_engine(finished_job_retention_seconds=600)
     accept(engine, request("done", bucket, args=["--steps", "1"]))
     accept(engine, request("live", bucket, args=["--steps", "100000", "--step-seconds", "1"]))
-    engine.apply("done", ev.CancelRequested())
+    engine.cancel("done")
     drive(engine, "done", terminal)
-    engine.reconcile()
-    assert engine.memory_footprint()["requests"] >= 1
+    engine.run_pass()
 
     now = engine.clock()
     assert prune_state(engine.store, engine.settings, now).jobs_deleted == ()  # not old enough yet
@@ -96,9 +94,10 @@ def test_finished_jobs_are_deleted_after_retention_with_their_claim(bucket, make
     claims = [r.document["jobId"] for r in engine.store.list(CHECKPOINT_ROOTS_PREFIX)]
     assert claims == ["live"]
 
-    engine.forget_finished({s.job_id for s in engine.live_states()})
-    assert engine.memory_footprint() == {"locks": 1, "requests": 1}  # only the live job
-    engine.apply("live", ev.CancelRequested())
+    # What the process keeps per job is bounded by the live jobs: a finished one is forgotten
+    # at its last look, with no sweep to run.
+    assert engine.reconciler.remembered_jobs() == {"live"}
+    engine.cancel("live")
 
 
 def test_alert_cooldowns_forget_expired_entries_and_deleted_jobs():

@@ -12,12 +12,13 @@ from controller.adapters.vertex import VertexBackend
 from controller.core import events as ev
 from controller.request import parse_request
 from controller.request.render import build_custom_job
-from controller.service.engine import Deposed
+from controller.service.reconciler import Deposed
 from tests.support.engine import (
     accept,
     drive,
     job_document,
     read_alerts,
+    record_as_another_controller,
     request,
     terminal,
     vertex_jobs_for,
@@ -33,14 +34,14 @@ def test_a_checkpoint_bucket_that_answers_403_does_not_stop_the_ending(
     RUNNING for ever and controller_degraded stayed raised, masking other faults."""
     engine = make_engine()
     assert accept(engine, request("forbidden-1", bucket, args=["--steps", "3"])).status == "accepted"
-    engine.fire_due_timers()  # submits attempt 1
+    engine.serve()  # submits attempt 1
     (job,) = vertex_jobs_for(devstack, "forbidden-1")
     devstack.vertex.wait_for_state(job.name, {aiplatform_v1.JobState.JOB_STATE_SUCCEEDED}, timeout=60)
     devstack.gcs_faults(bucket=bucket, status=403)
     try:
         doc = drive(engine, "forbidden-1", terminal, timeout=30)
         for _ in range(3):  # more passes than it takes to raise controller_degraded
-            engine.reconcile()
+            engine.run_pass()
         assert not engine.alerts.is_firing("controller_degraded")
     finally:
         devstack.gcs_faults(bucket=bucket, status=None)
@@ -83,7 +84,7 @@ class _RacedBackend(VertexBackend):
         if self.raced is None:
             other = self.client.create_custom_job(parent=self.parent, custom_job=build(), timeout=30)
             self.raced = other.name
-            self.engine.apply(job_id, ev.AttemptSubmitted(attempt, other.name))
+            record_as_another_controller(self.engine, job_id, ev.AttemptSubmitted(attempt, other.name))
         return super().ensure_attempt(job_id, attempt, build, **kwargs)
 
 
@@ -148,8 +149,8 @@ def test_an_alert_a_leader_decided_but_could_not_send_is_sent_by_the_next_leader
 
     successor = make_engine()  # a new instance: it leads with a newer lease generation
     successor.fence = lambda: 7
-    successor.reconcile()
+    successor.run_pass()
     (alert,) = job_failed_alerts(timeout=20)
     assert "failure budget exhausted" in alert["summary"]
-    successor.reconcile()
+    successor.run_pass()
     assert job_failed_alerts(timeout=3) == []  # sent once, then gone from the outbox

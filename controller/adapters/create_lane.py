@@ -1,0 +1,93 @@
+"""Which job may take the next CustomJob create slot: the one that has waited longest.
+
+After a zone-wide reclaim hundreds of jobs want a create at once, and the create quota (60 a
+minute by default) lets a few through at a time. A reconcile that wants a create asks the lane
+(`take`); the lane answers at once, never blocking the worker: either a slot is the job's now,
+or how long until its turn, which the reconcile returns as its requeue delay. A job's place is
+when it became ready to submit (the end of the attempt it replaces, or its first attempt's
+intent), ties broken by arrival.
+
+The lane holds no thread and calls nobody back. It is only an accelerator: the stored state says
+a job is submitting, so after a restart every such job joins the lane again on its next look. A
+place not asked about for `forget_after` seconds is dropped (its job went away).
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Callable
+
+from controller.adapters.ratelimit import RateLimiter
+
+# The shortest wait handed back: a reconcile looks again no sooner than this.
+MIN_WAIT_SECONDS = 0.05
+
+
+class CreateLane:
+    def __init__(
+        self,
+        limiter: RateLimiter,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        forget_after: float = 600.0,
+    ):
+        self._limiter = limiter
+        self._clock = clock
+        self._forget_after = forget_after
+        self._places: dict[str, tuple[float, int]] = {}  # job -> (ready at, arrival)
+        self._asked: dict[str, float] = {}  # job -> when it last asked
+        self._arrival = itertools.count()
+        self._lock = threading.Lock()
+
+    def take(self, job_id: str, ready_at: float) -> float:
+        """0.0: a create slot is taken for this job (use it, or `give_back`); otherwise the
+        seconds until the job's turn, when it should ask again."""
+        with self._lock:
+            now = self._clock()
+            self._drop_forgotten(now)
+            place = self._places.get(job_id)
+            if place is None or place[0] > ready_at:
+                place = (ready_at, place[1] if place else next(self._arrival))
+                self._places[job_id] = place
+            self._asked[job_id] = now
+            ahead = sum(1 for other in self._places.values() if other < place)
+            if ahead < self._limiter.free_now() and self._limiter.acquire(timeout=0):
+                del self._places[job_id]
+                del self._asked[job_id]
+                return 0.0
+            rate = self._limiter.limit / self._limiter.window  # slots a second
+            return max(MIN_WAIT_SECONDS, self._limiter.free_in() + ahead / rate)
+
+    def give_back(self) -> None:
+        self._limiter.give_back()
+
+    def leave(self, job_id: str) -> None:
+        """The job wants no create any more (it was cancelled, adopted, or ended)."""
+        with self._lock:
+            self._places.pop(job_id, None)
+            self._asked.pop(job_id, None)
+
+    def position(self, job_id: str) -> int | None:
+        """1 for the next job to get a slot; None when the job is not waiting."""
+        with self._lock:
+            place = self._places.get(job_id)
+            if place is None:
+                return None
+            return 1 + sum(1 for other in self._places.values() if other < place)
+
+    def waiting(self) -> int:
+        with self._lock:
+            return len(self._places)
+
+    def clear(self) -> None:
+        """A controller that stops leading submits nothing."""
+        with self._lock:
+            self._places.clear()
+            self._asked.clear()
+
+    def _drop_forgotten(self, now: float) -> None:
+        for job_id in [j for j, at in self._asked.items() if now - at > self._forget_after]:
+            self._places.pop(job_id, None)
+            del self._asked[job_id]

@@ -1,0 +1,141 @@
+"""One read of an attempt: its CustomJob, and at an ending the evidence the trainer left.
+
+`Observer.observe` is the single adapter call a reconcile makes about a job's recorded attempt.
+It reads the CustomJob (GetCustomJob, or the copy a periodic listing just returned) and, only
+when that CustomJob has ended, the latest committed checkpoint and the trainer's exit record
+for it. What comes back is typed facts for the decision core, never a raw client object.
+
+The listing copy: a periodic pass lists every live CustomJob at once (one List call per page),
+then hands each job to a reconcile. A copy is used once, and only while it is younger than
+`listing_max_age`; a Vertex event for the job drops its copy (`forget`), so after an event the
+job is always read with Get.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from controller import logs
+from controller.adapters.checkpoints import CheckpointsUnreadable
+from controller.adapters.vertex import VertexBackend, job_labels, observed_event, vertex_state_name
+from controller.core import events as ev
+from controller.core.model import VERTEX_TERMINAL
+
+log = logs.get("relaunch.observation")
+
+
+@dataclass(frozen=True)
+class AttemptObservation:
+    """What one read found about one attempt's recorded CustomJob."""
+
+    attempt: int
+    vertex_name: str
+    vertex: ev.VertexObserved | ev.VertexJobMissing
+    checkpoint: ev.CheckpointObserved | None = None  # read only at an ending
+    unreadable: CheckpointsUnreadable | None = None  # the checkpoint root refused us
+    from_listing: bool = False
+
+    @property
+    def ended(self) -> bool:
+        if isinstance(self.vertex, ev.VertexJobMissing):
+            return True
+        return self.vertex.vertex_state in VERTEX_TERMINAL
+
+    def events(self) -> list[ev.Event]:
+        """For the core, in order: the checkpoint first (the ending is measured against it)."""
+        return [*([self.checkpoint] if self.checkpoint else []), self.vertex]
+
+
+class Observer:
+    def __init__(
+        self,
+        vertex: VertexBackend,
+        checkpoints: Any,  # controller.adapters.checkpoints.CheckpointProbe
+        *,
+        listing_max_age: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.vertex = vertex
+        self.checkpoints = checkpoints
+        self._max_age = listing_max_age
+        self._clock = clock
+        self._listed: dict[str, tuple[Any, float]] = {}  # vertex name -> (CustomJob, listed at)
+        self._names_of: dict[str, list[str]] = {}  # job id -> the names listed with its labels
+        self._lock = threading.Lock()
+
+    # --- the listing copy ----------------------------------------------------------------------
+    def remember_listing(self, jobs: list[Any]) -> None:
+        now = self._clock()
+        by_job: dict[str, list[str]] = {}
+        for job in jobs:
+            job_id, _ = job_labels(job)
+            if job_id is not None:
+                by_job.setdefault(job_id, []).append(job.name)
+        with self._lock:
+            self._listed = {job.name: (job, now) for job in jobs}
+            self._names_of = by_job
+
+    def listed_for(self, job_id: str, *, other_than: str | None = None) -> list[Any]:
+        """The CustomJobs a recent listing found with this job's labels, but `other_than` (the one
+        the store recorded): a duplicate, a stray, or a create whose name was never recorded.
+        Each is handed out once."""
+        with self._lock:
+            names = [n for n in self._names_of.pop(job_id, []) if n != other_than]
+            copies = [self._listed.pop(name, None) for name in names]
+        now = self._clock()
+        return [job for job, at in filter(None, copies) if now - at <= self._max_age]
+
+    def forget(self, vertex_name: str) -> None:
+        with self._lock:
+            self._listed.pop(vertex_name, None)
+
+    def listed_recently(self, vertex_name: str) -> bool:
+        with self._lock:
+            copy = self._listed.get(vertex_name)
+            return copy is not None and self._clock() - copy[1] <= self._max_age
+
+    def _listed_copy(self, vertex_name: str) -> Any | None:
+        with self._lock:
+            copy = self._listed.pop(vertex_name, None)
+        if copy is None or self._clock() - copy[1] > self._max_age:
+            return None
+        return copy[0]
+
+    # --- the one read ---------------------------------------------------------------------------
+    def observe(
+        self, vertex_name: str, attempt: int, checkpoint_uri: str, *, read_evidence: bool = True
+    ) -> AttemptObservation:
+        """Read `vertex_name` (attempt `attempt`'s recorded CustomJob); at its ending also the
+        latest committed checkpoint under `checkpoint_uri` and the trainer's exit record."""
+        job = self._listed_copy(vertex_name)
+        from_listing = job is not None
+        if job is None:
+            job = self.vertex.get(vertex_name)
+        if job is None:
+            return AttemptObservation(attempt, vertex_name, ev.VertexJobMissing(attempt, vertex_name))
+        if vertex_state_name(job) not in VERTEX_TERMINAL or not read_evidence:
+            return AttemptObservation(
+                attempt, vertex_name, observed_event(job, attempt), from_listing=from_listing
+            )
+        checkpoint, exit_record, unreadable = None, None, None
+        try:
+            latest = self.checkpoints.latest(checkpoint_uri)
+            if latest is not None:
+                checkpoint = ev.CheckpointObserved(latest.step, latest.uri)
+            exit_record = self.checkpoints.exit_record(
+                checkpoint_uri, attempt, vertex_job_id=vertex_name.rsplit("/", 1)[-1]
+            )
+        except CheckpointsUnreadable as error:
+            # Not a passing fault: waiting cannot help, and the ending must still be applied.
+            unreadable = error
+        observed = observed_event(job, attempt, exit_record, progress_unknown=unreadable is not None)
+        return AttemptObservation(attempt, vertex_name, observed, checkpoint, unreadable, from_listing)
+
+    def latest_checkpoint(self, checkpoint_uri: str) -> ev.CheckpointObserved | None:
+        """A running job's progress probe (raises CheckpointsUnreadable like `observe` would)."""
+        latest = self.checkpoints.latest(checkpoint_uri)
+        return None if latest is None else ev.CheckpointObserved(latest.step, latest.uri)

@@ -1,0 +1,99 @@
+"""The stored job document, typed: the only code that spells its keys.
+
+One document per job in the state store (`jobs/{job_id}`): the request as accepted (its canonical
+JSON), the request's fingerprint (a duplicate delivery is recognised by it), the core's state, the
+timeline users read, the checkpoint interval chosen per attempt, the trainer's figures per
+attempt, and the mark that keeps a finished job in the live index until the interval ledger has
+counted its endings. Pure: it imports only the decision core.
+
+Format versions: a document without `format` was written before the field existed (format 1) and
+loads the same way; this module writes `FORMAT`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from controller.core.model import TERMINAL_PHASE_NAMES, JobState
+
+FORMAT = 2
+
+REQUEST = "request"
+FINGERPRINT = "fingerprint"
+STATE = "state"
+TIMELINE = "timeline"
+INTERVALS = "checkpointIntervals"  # attempt number (a string) -> the interval decision for it
+TRAINER_FIGURES = "trainerFigures"  # attempt number (a string) -> what its exit record said
+LEDGER_PENDING = "intervalLedgerPending"
+FORMAT_KEY = "format"
+
+_KNOWN = frozenset(
+    {REQUEST, FINGERPRINT, STATE, TIMELINE, INTERVALS, TRAINER_FIGURES, LEDGER_PENDING, FORMAT_KEY}
+)
+
+Json = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    request: Json
+    fingerprint: str
+    state: JobState
+    timeline: tuple[Json, ...] = ()
+    intervals: Json = field(default_factory=dict)
+    trainer_figures: Json = field(default_factory=dict)
+    ledger_pending: bool = False
+    # Keys this release does not know (written by a newer one): kept as they are.
+    extra: Json = field(default_factory=dict)
+
+    @property
+    def job_id(self) -> str:
+        return self.state.job_id
+
+    def with_state(self, state: JobState, entries: list[Json], *, timeline_limit: int) -> JobRecord:
+        """The record after a transition: the new state and its timeline entries."""
+        return replace(self, state=state, timeline=(*self.timeline, *entries)[-timeline_limit:])
+
+    def to_dict(self) -> Json:
+        document: Json = {
+            **self.extra,
+            FORMAT_KEY: FORMAT,
+            REQUEST: self.request,
+            FINGERPRINT: self.fingerprint,
+            STATE: self.state.to_dict(),
+            TIMELINE: list(self.timeline),
+        }
+        if self.intervals:
+            document[INTERVALS] = self.intervals
+        if self.trainer_figures:
+            document[TRAINER_FIGURES] = self.trainer_figures
+        if self.ledger_pending:
+            document[LEDGER_PENDING] = True
+        return document
+
+    @classmethod
+    def from_dict(cls, document: Json) -> JobRecord:
+        version = document.get(FORMAT_KEY, 1)
+        if not isinstance(version, int) or version > FORMAT:
+            raise ValueError(f"job document format {version!r}: this release reads up to {FORMAT}")
+        return cls(
+            request=document[REQUEST],
+            fingerprint=document.get(FINGERPRINT, ""),
+            state=JobState.from_dict(document[STATE]),
+            timeline=tuple(document.get(TIMELINE) or ()),
+            intervals=dict(document.get(INTERVALS) or {}),
+            trainer_figures=dict(document.get(TRAINER_FIGURES) or {}),
+            ledger_pending=bool(document.get(LEDGER_PENDING)),
+            extra={k: v for k, v in document.items() if k not in _KNOWN},
+        )
+
+
+def is_live_document(document: Json) -> bool:
+    """A job not finished, or finished with endings the interval ledger has yet to count. A
+    document whose phase cannot be read counts as live: nothing unreadable drops out of the pass."""
+    if document.get(LEDGER_PENDING):
+        return True
+    state = document.get(STATE)
+    phase = state.get("phase") if isinstance(state, dict) else None
+    return phase not in TERMINAL_PHASE_NAMES

@@ -1,0 +1,44 @@
+"""What the reconciler is built from, and how it says it stopped leading."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from controller.adapters.vertex import VertexBackend
+from controller.core.decide import CoreConfig
+from controller.core.model import JobState
+from controller.service.alerts import AlertSink
+from controller.settings import Settings
+from controller.store import StateStore
+
+# An observer of one stored transition: (state before, state after, the document written).
+Transition = Callable[[JobState, JobState, dict[str, Any]], None]
+
+
+class Deposed(RuntimeError):
+    """This controller is not the leader any more (lease ran out, or a write was fenced)."""
+
+
+@dataclass
+class Dependencies:
+    store: StateStore
+    vertex: VertexBackend
+    checkpoints: Any  # controller.adapters.checkpoints.CheckpointProbe
+    alerts: AlertSink
+    metrics: Any | None = None  # controller.service.metrics.Metrics
+    on_transition: list[Transition] = field(default_factory=list)
+
+
+def core_config(settings: Settings) -> CoreConfig:
+    """The decision core's operator knobs, from the settings."""
+    return CoreConfig(
+        submit_retry_seconds=settings.submit_retry_seconds,
+        capacity_wait_alert_seconds=settings.capacity_wait_alert_seconds,
+        preemption_storm_count=settings.preemption_storm_count,
+        preemption_storm_window_seconds=settings.preemption_storm_window_seconds,
+        error_settle_seconds=settings.error_settle_seconds,
+        error_recheck_seconds=settings.error_recheck_seconds,
+        capacity_retry_seconds=settings.capacity_retry_seconds,
+    )

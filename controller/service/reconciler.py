@@ -1,0 +1,397 @@
+"""reconcile(job_id): the one place a job's story moves forward.
+
+A worker of the work queue (`service.workqueue`) calls it with a job id; whatever put the id
+there (a request recorded, a Vertex event, a cancel, a wake-up, the periodic pass) does not
+matter, because each look re-derives everything from the evidence:
+
+  1. load the job's record from the store;
+  2. gather the facts: a cancel recorded for it, its recorded attempt's CustomJob read in ONE
+     adapter call (`adapters.observation`: at an ending with the latest committed checkpoint and
+     the trainer's exit record), any other CustomJob a listing found with its labels, and the
+     clock (`TimerFired`);
+  3. decide (the pure core) over those facts;
+  4. write the new state once, a compare-and-set carrying the lease's fence token;
+  5. carry out the actions; an action's outcome that must be recorded (the name of the CustomJob
+     a create made, an alert delivered) is decided and written the same way, in the same look;
+  6. return the delay before the next look (the core's wake-up, or the create lane's turn).
+
+The queue never serves one job on two workers, so nothing here locks. Leadership: every side
+effect asks `guard` first, which raises `LeaseNotHeld` once this controller may no longer act; a
+write the store refuses as `Fenced` means another controller leads. Either way `on_deposed` is
+told (the daemon steps down) and the look ends: the new leader re-derives it from the store.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from controller import logs
+from controller.adapters.checkpoints import CheckpointsUnreadable
+from controller.adapters.lease import LeaseNotHeld
+from controller.adapters.observation import Observer
+from controller.adapters.vertex import job_labels, observed_event
+from controller.core import events as ev
+from controller.core.actions import (
+    Action,
+    CancelVertexJob,
+    MarkTerminal,
+    RaiseAlert,
+    ReadVertexJob,
+    ResolveAlert,
+    ScheduleWakeup,
+    SubmitAttempt,
+)
+from controller.core.decide import decide, pending_alerts
+from controller.core.model import JobState, Phase
+from controller.jobrecord import JobRecord
+from controller.readmodel.jobs import TIMELINE_LIMIT, transition_entries
+from controller.request import JobRequest, parse_request
+from controller.service.alerts import unreadable_checkpoints_alert
+from controller.service.deps import Dependencies, Deposed, Transition, core_config
+from controller.service.interval import IntervalKeeper
+from controller.service.submit import crash_point, ready_at, submit
+from controller.settings import Settings
+from controller.store import Fenced, VersionConflict
+from controller.store.keys import LEDGER_PENDING_FIELD, cancel_key, job_key
+
+log = logs.get("relaunch.reconcile")
+
+# A write that loses a compare-and-set race is decided again on the fresh state, this many times.
+WRITE_TRIES = 5
+# Rounds of "act, record the outcome" in one look (a create that adopts, then cancels a duplicate).
+OUTCOME_ROUNDS = 4
+
+
+class Reconciler:
+    def __init__(
+        self,
+        settings: Settings,
+        deps: Dependencies,
+        *,
+        clock: Callable[[], float] = time.time,
+        rng: random.Random | None = None,
+        fence: Callable[[], int] = lambda: 0,
+        guard: Callable[[str], float] = lambda what: float("inf"),
+        on_deposed: Callable[[str], None] = lambda reason: None,
+    ):
+        self.settings = settings
+        self.store = deps.store
+        self.vertex = deps.vertex
+        self.alerts = deps.alerts
+        self.metrics = deps.metrics
+        self.clock = clock
+        self.rng = rng or random.Random()
+        self.fence = fence
+        self.guard = guard
+        self._on_deposed = on_deposed
+        self.observer = Observer(
+            deps.vertex, deps.checkpoints, listing_max_age=max(1.0, settings.reconcile_seconds)
+        )
+        self.intervals = IntervalKeeper(settings, self.store, deps.checkpoints, fence=lambda: self.fence())
+        self.core_config = core_config(settings)
+        # Observers of every stored transition (metrics, the hint index): they read, never write.
+        self.on_transition: list[Transition] = [*deps.on_transition]
+        self._requests: dict[str, JobRequest] = {}  # parsed requests of live jobs
+        self._probe_wanted: set[str] = set()  # running jobs the pass picked for a progress probe
+        self._probe_lock = threading.Lock()
+
+    # ==== the door ===========================================================================
+    def reconcile(self, job_id: str) -> float | None:
+        """Look at one job; the seconds until it wants another look, or None."""
+        try:
+            return self._reconcile(job_id)
+        except Fenced as error:
+            self._deposed(f"state write refused: {error}")
+        except LeaseNotHeld as error:
+            self._deposed(str(error))
+        except Deposed:
+            pass
+        return None
+
+    def _reconcile(self, job_id: str) -> float | None:
+        record = self.store.get(job_key(job_id))
+        if record is None:
+            return None
+        state = JobState.from_dict(record.document["state"])
+        if state.phase.terminal:
+            self._after_the_end(job_id, state, record.document)
+            return None
+        facts, observed = self._facts(state)
+        for _ in range(2):
+            state, actions = self._decide_and_write(job_id, facts)
+            decided = {a.outbox_id for a in actions if isinstance(a, RaiseAlert)}
+            # Alerts a crash or a failed publish left in the outbox go out with this look's.
+            actions += [a for a in pending_alerts(state) if a.outbox_id not in decided]
+            state, wake, wants_create = self._act(state, actions, observed)
+            if wake is None or wake > self.clock() or wants_create or state.phase.terminal:
+                break
+            # Due already (a backoff of 0 after a reclaim): go on in this look, not the queue.
+            facts, observed = [ev.TimerFired()], None
+        if not wants_create:
+            self.vertex.lane.leave(job_id)
+        if state.phase.terminal:
+            self._after_the_end(job_id, state, None)
+            return None
+        return None if wake is None else max(0.0, wake - self.clock())
+
+    def _facts(self, state: JobState) -> tuple[list[ev.Event], int | None]:
+        """What is true of the job now, for the core (and which attempt was read from Vertex)."""
+        facts: list[ev.Event] = []
+        if not state.cancel_requested and self.store.get(cancel_key(state.job_id)) is not None:
+            facts.append(ev.CancelRequested())
+        current, observed = state.current, None
+        recorded = current.vertex_name if current is not None else None
+        for job in self.observer.listed_for(state.job_id, other_than=recorded):
+            _, attempt = job_labels(job)
+            if attempt is not None:  # a CustomJob the store has not recorded: adopt or cancel it
+                facts.append(observed_event(job, attempt))
+        if self._probe_due(state):  # a running job's progress, now and then
+            facts += self._probe(state)
+        if current is not None and current.vertex_name is not None and not current.ended:
+            facts += self._observe(state, current.vertex_name, current.number)
+            observed = current.number
+        facts.append(ev.TimerFired())
+        return facts, observed
+
+    def _observe(self, state: JobState, vertex_name: str, attempt: int) -> list[ev.Event]:
+        uri = self._request(state.job_id).checkpoint_uri
+        observation = self.observer.observe(vertex_name, attempt, uri)
+        if observation.unreadable is not None:
+            self._checkpoints_unreadable(state.job_id, attempt, observation.unreadable)
+        return observation.events()
+
+    # ==== decide and write once ============================================================
+    def _decide_and_write(self, job_id: str, facts: list[ev.Event]) -> tuple[JobState, list[Action]]:
+        for _ in range(WRITE_TRIES):
+            record = self.store.get(job_key(job_id))
+            if record is None:
+                raise Deposed(f"{job_id}: its record vanished")  # retention deleted it meanwhile
+            stored = JobRecord.from_dict(record.document)
+            before = stored.state
+            now = self.clock()
+            state, actions, entries = before, list[Action](), list[dict[str, Any]]()
+            for fact in facts:
+                decision = decide(state, fact, now, self.rng, self.core_config)
+                if decision.state != state:
+                    entries += transition_entries(state, decision.state, fact, decision.actions, now)
+                state = decision.state
+                actions += decision.actions
+            if state == before:
+                return state, actions
+            document = stored.with_state(state, entries, timeline_limit=TIMELINE_LIMIT).to_dict()
+            if state.phase.terminal and not before.phase.terminal:
+                self.intervals.mark_pending(document)
+            try:
+                self.store.put(job_key(job_id), document, expected_version=record.version, fence=self.fence())
+            except VersionConflict:
+                continue  # someone wrote in between (the intake's cancel): decide again
+            self._transitioned(before, state, document)
+            return state, actions
+        raise RuntimeError(f"{job_id}: state kept changing under us; giving up this look")
+
+    def _transitioned(self, old: JobState, new: JobState, document: dict[str, Any]) -> None:
+        for observe in self.on_transition:
+            observe(old, new, document)
+        if (
+            new.current
+            and new.current.ended
+            and not (old.current and old.current.number == new.current.number and old.current.ended)
+        ):
+            if new.phase.terminal:
+                crash_point("after-terminal-write")
+            self._learn_ending(new)
+
+    # ==== act ==============================================================================
+    def _act(
+        self, state: JobState, actions: list[Action], observed: int | None
+    ) -> tuple[JobState, float | None, bool]:
+        """Carry out the actions, recording outcomes; (the state now, the earliest wake-up,
+        whether the job still waits for a create slot)."""
+        wake: float | None = None
+        wants_create = False
+        for _ in range(OUTCOME_ROUNDS):
+            outcomes: list[ev.Event] = []
+            for action in actions:
+                if isinstance(action, ScheduleWakeup):
+                    wake = action.at if wake is None else min(wake, action.at)
+                    continue
+                if isinstance(action, ReadVertexJob) and observed == action.attempt:
+                    continue  # read moments ago, in this look
+                if isinstance(action, SubmitAttempt) and action.create_if_missing:
+                    turn = self.vertex.lane.take(state.job_id, ready_at(state))
+                    if turn > 0:
+                        wants_create = True
+                        log.info("waiting for a create slot", job_id=state.job_id, attempt=action.attempt)
+                        at = self.clock() + turn
+                        wake = at if wake is None else min(wake, at)
+                        continue
+                outcomes += self._execute(state, action)
+            if not outcomes:
+                break
+            state, actions = self._decide_and_write(state.job_id, outcomes)
+            observed = None
+        return state, wake, wants_create
+
+    def _execute(self, state: JobState, action: Action) -> list[ev.Event]:
+        job_id = state.job_id
+        bound = log.bind(job_id=job_id, attempt=state.current.number if state.current else 0)
+        if isinstance(action, SubmitAttempt):
+            return submit(
+                state,
+                self._request(job_id),
+                action,
+                vertex=self.vertex,
+                intervals=self.intervals,
+                guard=self.guard,
+                clock=self.clock,
+                metrics=self.metrics,
+                slot_taken=action.create_if_missing,
+            )
+        if isinstance(action, CancelVertexJob):
+            bound.info("cancelling vertex job", vertex_job=action.vertex_name, for_attempt=action.attempt)
+            self.vertex.cancel(action.vertex_name, guard=self.guard)
+            return []
+        if isinstance(action, ReadVertexJob):
+            return self._observe(state, action.vertex_name, action.attempt)
+        if isinstance(action, RaiseAlert):
+            return self._send_alert(state, action)
+        if isinstance(action, ResolveAlert):
+            self.guard("resolve an alert")
+            self.alerts.resolve(
+                action.kind, job_id, action.summary, attempt=action.attempt, fired_with=action.severity
+            )
+            return []
+        if isinstance(action, MarkTerminal):
+            (bound.info if action.phase == "succeeded" else bound.warning)(
+                f"job {action.phase}",
+                reason=action.reason,
+                preemptions=state.preemptions,
+                failures=state.failures,
+            )
+            return []
+        raise TypeError(f"unknown action {action!r}")
+
+    def _send_alert(self, state: JobState, alert: RaiseAlert) -> list[ev.Event]:
+        attempt = alert.details.get("attempt", state.current.number if state.current else 0)
+        self._alert(
+            alert.kind,
+            alert.severity,
+            alert.summary,
+            job_id=state.job_id,
+            attempt=attempt,
+            details=alert.details,
+        )
+        return [ev.AlertDelivered(alert.outbox_id)] if alert.outbox_id else []
+
+    def _alert(self, kind: str, severity: str, summary: str, **fields: Any) -> None:
+        """A paging alert: only the leader sends it (a deposed one would page for a stale view)."""
+        self.guard("send an alert")
+        self.alerts.raise_alert(kind, severity, summary, **fields)
+        if self.metrics is not None:
+            self.metrics.alert(kind)
+
+    # ==== after the end ====================================================================
+    def _after_the_end(self, job_id: str, state: JobState, document: dict[str, Any] | None) -> None:
+        """A finished job (`document`: as loaded, None when it finished in this look): a CustomJob
+        a listing found with its labels is cancelled, alerts left in its outbox go out, the
+        interval ledger learns endings it has not counted; then the process forgets the job."""
+        strays: list[ev.Event] = []
+        for job in self.observer.listed_for(job_id):
+            _, attempt = job_labels(job)
+            if attempt is not None:
+                strays.append(observed_event(job, attempt))
+        if strays:
+            state, actions = self._decide_and_write(job_id, strays)  # the core cancels strays
+            for action in actions:
+                self._execute(state, action)
+        if document is not None:
+            delivered: list[ev.Event] = []
+            for alert in pending_alerts(state):
+                delivered += self._send_alert(state, alert)
+            if delivered:
+                self._decide_and_write(job_id, delivered)
+            if document.get(LEDGER_PENDING_FIELD):
+                self._catch_up_ledger(state)
+        self._requests.pop(job_id, None)
+        self.vertex.lane.leave(job_id)
+
+    def _learn_ending(self, state: JobState) -> None:
+        """The current attempt just ended: keep the trainer's figures (goodput) and teach the
+        checkpoint interval's rate book. A failure here must not stop the job: the job stays in
+        the live index until its endings are counted, and a later look catches up."""
+        current = state.current
+        try:
+            if current is not None:
+                self.intervals.on_ending(state.job_id, self._request(state.job_id), current, self.clock())
+        except (Fenced, LeaseNotHeld):
+            raise
+        except Exception:
+            log.exception("checkpoint interval: learning from an ending failed", job_id=state.job_id)
+
+    def _catch_up_ledger(self, state: JobState) -> None:
+        try:
+            self.intervals.catch_up([state], self._request, self.clock())
+        except (Fenced, LeaseNotHeld):
+            raise
+        except Exception:
+            log.exception("checkpoint interval: catching up the ledger failed", job_id=state.job_id)
+
+    # ==== helpers ==========================================================================
+    def _probe_due(self, state: JobState) -> bool:
+        """Whether the periodic pass picked this running job for a progress probe."""
+        with self._probe_lock:
+            wanted = state.job_id in self._probe_wanted
+            self._probe_wanted.discard(state.job_id)
+        return wanted and state.phase is Phase.RUNNING
+
+    def probe_on_next_look(self, job_ids: set[str]) -> None:
+        """The periodic pass's choice of running jobs whose checkpoint roots are listed."""
+        with self._probe_lock:
+            self._probe_wanted |= job_ids
+
+    def _probe(self, state: JobState) -> list[ev.Event]:
+        try:
+            latest = self.observer.latest_checkpoint(self._request(state.job_id).checkpoint_uri)
+        except CheckpointsUnreadable as error:
+            self._checkpoints_unreadable(state.job_id, state.current.number if state.current else 0, error)
+            return []
+        return [latest] if latest is not None else []
+
+    def _checkpoints_unreadable(self, job_id: str, attempt: int, error: CheckpointsUnreadable) -> None:
+        log.error(
+            "checkpoints unreadable; progress unknown", job_id=job_id, attempt=attempt, error=str(error)
+        )
+        kind, severity, summary, details = unreadable_checkpoints_alert(job_id, error)
+        self._alert(kind, severity, summary, job_id=job_id, attempt=attempt, details=details)
+
+    def _request(self, job_id: str) -> JobRequest:
+        request = self._requests.get(job_id)
+        if request is None:
+            record = self.store.get(job_key(job_id))
+            if record is None:
+                raise Deposed(f"{job_id}: its record vanished")
+            parsed = parse_request(
+                record.document["request"], allow_local_checkpoints=self.settings.allow_local_checkpoints
+            )
+            assert isinstance(parsed, JobRequest)  # a stored job's request, never a cancel
+            self._requests[job_id] = request = parsed
+        return request
+
+    def remembered_jobs(self) -> set[str]:
+        """The jobs this process keeps anything about (their parsed requests): the live ones."""
+        return set(self._requests)
+
+    def remember_request(self, request: JobRequest) -> None:
+        """The intake hands over a request it just stored, saving a parse on the first look."""
+        self._requests[request.job_id] = request
+
+    def _deposed(self, reason: str) -> None:
+        self.vertex.lane.clear()
+        self._on_deposed(reason)
+
+
+__all__ = ["Dependencies", "Deposed", "Reconciler"]

@@ -1,0 +1,219 @@
+"""Everything that can happen to a job, turned into its id in the work queue.
+
+Nothing here decides or writes job state; each source only finds which job a signal concerns and
+enqueues it, and `reconcile(job_id)` reads the truth for itself:
+
+  - a Vertex job-state log entry (`on_hint`): it names a CustomJob, not our job; the index of
+    CustomJob ids the live jobs recorded (kept as states are written) says whose it is. An id
+    not in the index costs nothing once the first pass has built it (the sink carries every
+    Vertex job of the project); before that, one Get reads its labels;
+  - the periodic pass (`run_pass`, served by a queue worker under the reserved key `PASS_KEY`,
+    so a recovery never waits for it and no two passes overlap): every live CustomJob listed
+    (state filter, read mask) and every live job in the store is enqueued; the jobs whose
+    outboxes may hold an unsent alert once per leadership; and the gauges move one step;
+  - the intake and the push endpoint enqueue the job they recorded (`service.intake`).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from controller import logs
+from controller.adapters.pubsub import UnreadableHint, vertex_job_id_from_log_entry
+from controller.adapters.vertex import job_labels
+from controller.core.model import TERMINAL_PHASE_NAMES, JobState
+from controller.service.reconciler import Reconciler
+from controller.service.workqueue import WorkQueue
+from controller.store.keys import JOBS_PREFIX
+
+log = logs.get("relaunch.sources")
+
+# The periodic pass's own key in the work queue (a job id never starts with "~").
+PASS_KEY = "~pass"
+
+
+class Sources:
+    def __init__(
+        self,
+        reconciler: Reconciler,
+        queue: WorkQueue,
+        *,
+        is_leader: Callable[[], bool] = lambda: True,
+        health: Any = None,  # pass_failed(errors) / pass_succeeded(), e.g. a Degradation source
+        gauges: Any = None,  # controller.service.gauges.Gauges
+        on_unreadable: Callable[[], None] = lambda: None,  # an events message that was no log entry
+    ):
+        self.reconciler = reconciler
+        self.queue = queue
+        self.settings = reconciler.settings
+        self.is_leader = is_leader
+        self.health = health
+        self.gauges = gauges
+        self.on_unreadable = on_unreadable
+        self._lock = threading.Lock()
+        self._job_of: dict[str, str] = {}  # CustomJob id -> job id, for the live jobs' attempts
+        self._added_during_pass: dict[str, str] = {}
+        self._index_built = False
+        self._outboxes_swept_for: int | None = None
+        self._pass_started: float | None = None
+        self._probed_at: dict[str, float] = {}  # running job -> when the pass last picked it to probe
+        reconciler.on_transition.append(self._job_changed)
+
+    # --- the handler the queue's workers run ----------------------------------------------------
+    def serve(self, key: str) -> float | None:
+        if key == PASS_KEY:
+            return self.run_pass()
+        if not self.is_leader():
+            return None
+        return self.reconciler.reconcile(key)
+
+    # --- Vertex events ---------------------------------------------------------------------------
+    def on_hint(self, vertex_job_id: str) -> None:
+        with self._lock:
+            job_id = self._job_of.get(vertex_job_id)
+            built = self._index_built
+        name = f"{self.reconciler.vertex.parent}/customJobs/{vertex_job_id}"
+        if job_id is None:
+            if built and self.settings.hint_ignore_unknown:
+                return  # no live job recorded it; a pass finds one not recorded yet
+            job = self.reconciler.vertex.get(name)
+            job_id = job_labels(job)[0] if job is not None else None
+            if job_id is None:
+                return
+        self.reconciler.observer.forget(name)  # the listing's copy predates this event
+        self.queue.add(job_id)
+
+    def on_event_message(self, message: Any) -> None:
+        """The events subscription's callback: a Cloud Logging entry about a CustomJob."""
+        try:
+            vertex_job_id = vertex_job_id_from_log_entry(message.data)
+        except UnreadableHint as error:
+            # Redelivery cannot make it readable; the reconcile pass is the safety net.
+            log.warning(
+                "unreadable event acked and ignored", reason=str(error), message_id=message.message_id
+            )
+            self.on_unreadable()
+            message.ack()
+            return
+        if vertex_job_id is not None:
+            try:
+                self.on_hint(vertex_job_id)  # only finds whose job it is, and enqueues it
+            except Exception:
+                log.exception("event handling failed; leaving it for redelivery", vertex_job_id=vertex_job_id)
+                message.nack()
+                return
+        message.ack()
+
+    def _job_changed(self, old: JobState, new: JobState, document: dict[str, Any]) -> None:
+        with self._lock:
+            for attempt in new.attempts:
+                if attempt.vertex_name:
+                    vertex_id = attempt.vertex_name.rsplit("/", 1)[-1]
+                    self._job_of[vertex_id] = self._added_during_pass[vertex_id] = new.job_id
+
+    # --- the periodic pass -------------------------------------------------------------------------
+    def run_pass(self) -> float:
+        """Enqueue every job that may need a look; the seconds until the next pass."""
+        period = self.settings.reconcile_seconds
+        if not self.is_leader():
+            return period
+        self._pass_started = self.reconciler.clock()
+        try:
+            self._pass(period)
+        finally:
+            self._pass_started = None
+        return period
+
+    def pass_running_for(self, now: float) -> float:
+        """Seconds the pass under way has run (0.0 when none runs)."""
+        started = self._pass_started
+        return 0.0 if started is None else max(0.0, now - started)
+
+    def _pass(self, period: float) -> None:
+        errors: list[str] = []
+        try:
+            listed = self.reconciler.vertex.list_live_managed()
+        except Exception as error:
+            self._report([f"listing Vertex jobs: {error}"])
+            raise  # the queue serves the pass again after a short wait
+        self.reconciler.observer.remember_listing(listed)
+        with self._lock:
+            self._added_during_pass = {}
+        records = list(self.reconciler.store.list_live(JOBS_PREFIX))
+        self.reconciler.probe_on_next_look(self._due_for_probe(records))
+        job_of: dict[str, str] = {}
+        for record in records:
+            state = record.document["state"]
+            for attempt in state.get("attempts", []):
+                if attempt.get("vertex_name"):
+                    job_of[attempt["vertex_name"].rsplit("/", 1)[-1]] = state["job_id"]
+        with self._lock:
+            # Attempts recorded while the store was listed are newer than its snapshot.
+            self._job_of = job_of | self._added_during_pass
+            self._added_during_pass = {}
+            self._index_built = True
+        wanted = [r.document["state"]["job_id"] for r in records]
+        wanted += [job_id for job_id, _ in map(job_labels, listed) if job_id is not None]
+        try:
+            wanted += self._outboxes_to_sweep()
+        except Exception as error:
+            errors.append(f"searching outboxes: {error}")
+        refused = sum(1 for job_id in dict.fromkeys(wanted) if not self.queue.add(job_id, sweep=True))
+        if refused:
+            errors.append(f"{refused} jobs not enqueued: the work queue is full")
+        if self.gauges is not None:
+            try:
+                self.gauges.export([r for r in records if not _terminal(r)])
+            except Exception as error:
+                errors.append(f"gauges: {error}")
+        self._report(errors)
+
+    def _due_for_probe(self, records: list[Any]) -> set[str]:
+        """The running jobs whose checkpoint root their next look lists: the least recently
+        probed, at most `progress_probes_per_pass`, so each is probed once per ceil(running / cap)
+        passes."""
+        running = [
+            r.document["state"]["job_id"] for r in records if r.document["state"].get("phase") == "running"
+        ]
+        running.sort(key=lambda job_id: self._probed_at.get(job_id, 0.0))
+        due = set(running[: self.settings.progress_probes_per_pass])
+        now = self.reconciler.clock()
+        self._probed_at = {job_id: self._probed_at.get(job_id, 0.0) for job_id in running}  # bounded
+        for job_id in due:
+            self._probed_at[job_id] = now
+        return due
+
+    def _outboxes_to_sweep(self) -> list[str]:
+        """Once per leadership (fence), every job with an alert still in its outbox: a deposed
+        leader's last alerts may sit in a job that has finished since."""
+        fence = self.reconciler.fence()
+        if self._outboxes_swept_for == fence:
+            return []
+        found = [
+            r.document["state"]["job_id"]
+            for r in self.reconciler.store.list(JOBS_PREFIX)
+            if r.document["state"].get("outbox")
+        ]
+        self._outboxes_swept_for = fence
+        return found
+
+    def _report(self, errors: list[str]) -> None:
+        if self.health is None:
+            return
+        if errors:
+            self.health.pass_failed(errors)
+        else:
+            self.health.pass_succeeded()
+
+    def forget_index(self) -> None:
+        """A controller that stops leading: the next leadership builds the index again."""
+        with self._lock:
+            self._job_of.clear()
+            self._index_built = False
+        self._outboxes_swept_for = None
+
+
+def _terminal(record: Any) -> bool:
+    return record.document["state"].get("phase") in TERMINAL_PHASE_NAMES
