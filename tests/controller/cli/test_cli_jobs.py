@@ -391,9 +391,9 @@ def test_cancel_wait_follows_the_job_until_it_is_cancelled(
     def controller():  # takes the cancel off the topic and runs the loop, as the daemon would
         accept(engine, pull_one(requests_topic))
         while not stop.is_set() and not terminal(job_document(engine, job_id)):
-            engine.fire_due_timers()
-            engine.reconcile()
-            engine.timers.wait(0.1)
+            engine.serve()
+            engine.run_pass()
+            engine.queue.wait_for_work(0.1)
 
     worker = threading.Thread(target=controller, daemon=True)
     worker.start()
