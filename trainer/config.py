@@ -45,6 +45,7 @@ class TrainConfig:
     # global batch is batch_size x world size x grad_accum, as it always was.
     global_batch_size: int | None = None
     universal_conversion_timeout: float = 600.0
+    peer_timeout: float = 15.0
 
 
 class _Parser(argparse.ArgumentParser):
@@ -55,6 +56,13 @@ class _Parser(argparse.ArgumentParser):
 def _positive_int(text: str) -> int:
     value = int(text)
     if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
         raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
     return value
 
@@ -117,6 +125,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="budget after the first SIGTERM any rank got: finish or skip the emergency save, exit",
     )
     p.add_argument("--rendezvous-timeout", type=_positive_int, default=300)
+    p.add_argument(
+        "--peer-timeout",
+        type=_positive_float,
+        default=15.0,
+        help="seconds without a heartbeat from a peer rank before the gang counts as broken (exit 70)",
+    )
     p.add_argument("--checkpoint-uri", default=None, help="default: $RELAUNCH_CHECKPOINT_URI")
     p.add_argument("--resume-from", default=None, help="default: $RELAUNCH_RESUME_FROM")
     p.add_argument(
@@ -180,6 +194,7 @@ def parse_config(argv: list[str], env: dict[str, str] | None = None) -> TrainCon
         synchronous_checkpoints=args.synchronous_checkpoints,
         global_batch_size=args.global_batch_size,
         universal_conversion_timeout=float(args.universal_conversion_timeout),
+        peer_timeout=args.peer_timeout,
     )
 
 

@@ -213,6 +213,8 @@ def write_replica_record(
 
     reason = replica_reason(code, outcomes, signalled)
     codes = [o.exit_code if o is not None else None for o in outcomes]
+    detail = f"worker exit codes {codes} (None: killed before reporting)"
+    known = next((o.detail for o in outcomes if o is not None and o.detail), None)
     try:
         write_replica_exit(
             cfg.checkpoint_uri,
@@ -225,7 +227,7 @@ def write_replica_record(
                 reason=reason,
                 exit_code=code,
                 signal="SIGTERM" if reason == layout.REASON_PREEMPTED else None,
-                detail=f"worker exit codes {codes} (None: killed before reporting)",
+                detail=f"{known}; {detail}" if known else detail,
                 final=True,
             ),
         )

@@ -6,6 +6,7 @@ import dataclasses
 import os
 import time
 from dataclasses import dataclass
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -42,6 +43,7 @@ def train(
     flag: PreemptionFlag,
     progress: Progress,
     log,
+    heartbeat=None,
 ) -> int:
     rank, world_size = dist.get_rank(), dist.get_world_size()
     # With --global-batch-size the accumulation follows the world size of this attempt.
@@ -84,7 +86,8 @@ def train(
     def trainer_state() -> dict:
         return {"step": step, "data": sampler.state_dict(), "rng": rng.capture(), "world_size": world_size}
 
-    last_checkpoint_time = time.monotonic()
+    last_checkpoint_time = timing_start = time.monotonic()
+    attempt_steps = 0  # steps run by this attempt (a resumed one starts at the checkpoint's step)
     window_start, window_steps = time.monotonic(), 0
     loss = torch.zeros((), device=device)
     while step < cfg.steps:
@@ -94,6 +97,11 @@ def train(
         progress.step = step
         window_steps += 1
 
+        attempt_steps += 1
+        if attempt_steps == TIMEOUT_AFTER_STEPS:
+            set_collective_timeout((time.monotonic() - timing_start) / (attempt_steps - 1), log)
+        elif attempt_steps == 1:
+            timing_start = time.monotonic()  # the first step includes warm-up and the DDP settle
         if step % cfg.log_every == 0:
             elapsed = time.monotonic() - window_start
             samples = window_steps * cfg.batch_size * cfg.grad_accum * world_size
@@ -115,6 +123,8 @@ def train(
         )
         signals = exchange_step_signals(flag, time_due, device)
         if signals.stop:
+            if heartbeat is not None:
+                heartbeat.leave(orderly=True)  # the gang stops together; the grace budget bounds it
             return stop_for_preemption(
                 cfg, identity, step, engine, checkpointer, trainer_state(), flag, device, log
             )
@@ -130,6 +140,8 @@ def train(
     progress.last_committed_step = checkpointer.last_committed_step
     final_loss = mean_over_ranks(loss)
     digest = engine.parameter_digest()
+    if heartbeat is not None:
+        heartbeat.leave(orderly=True)  # past the last collective: peers may now exit at any time
     if rank == 0:
         record(
             cfg,
@@ -153,6 +165,26 @@ def train(
     )
     checkpointer.close()
     return layout.EXIT_OK
+
+
+# Steps 2..TIMEOUT_AFTER_STEPS (the first one warms up) time the collective timeout.
+TIMEOUT_AFTER_STEPS = 6
+
+
+def set_collective_timeout(step_seconds: float, log) -> None:
+    """Shorten the process group's timeout (10 min at init: rendezvous, restore) to one derived
+    from the measured step time; a collective stuck that long fails instead of hanging the gang."""
+    from trainer.liveness import collective_timeout_seconds
+
+    seconds = collective_timeout_seconds(step_seconds)
+    try:
+        from torch.distributed.distributed_c10d import _set_pg_timeout
+
+        _set_pg_timeout(timedelta(seconds=seconds))
+    except (ImportError, AttributeError, RuntimeError) as exc:  # a private API: best effort
+        log.warning("could not set the collective timeout", error=str(exc))
+        return
+    log.info("collective timeout set", seconds=round(seconds, 1), step_seconds=round(step_seconds, 4))
 
 
 def stop_for_preemption(cfg, identity, step, engine, checkpointer, state, flag, device, log) -> int:
