@@ -46,6 +46,8 @@ class TrainConfig:
     global_batch_size: int | None = None
     universal_conversion_timeout: float = 600.0
     peer_timeout: float = 15.0
+    precision: str = "auto"  # auto, bf16, fp16, fp32 (trainer/numerics.py)
+    deterministic: bool = False
 
 
 class _Parser(argparse.ArgumentParser):
@@ -134,6 +136,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint-uri", default=None, help="default: $RELAUNCH_CHECKPOINT_URI")
     p.add_argument("--resume-from", default=None, help="default: $RELAUNCH_RESUME_FROM")
     p.add_argument(
+        "--precision",
+        choices=("auto", "bf16", "fp16", "fp32"),
+        default="auto",
+        help="auto: bf16 on GPUs with bf16 units, fp16 on older GPUs, fp32 on CPU",
+    )
+    p.add_argument(
+        "--deterministic",
+        action="store_true",
+        help="deterministic algorithms only (an op without one fails the run, exit 64): bitwise "
+        "reproducible on GPU for the same GPU type and count",
+    )
+    p.add_argument(
         "--synchronous-checkpoints",
         action="store_true",
         help="upload in the training loop instead of a background thread (benchmarks, debugging)",
@@ -195,6 +209,8 @@ def parse_config(argv: list[str], env: dict[str, str] | None = None) -> TrainCon
         global_batch_size=args.global_batch_size,
         universal_conversion_timeout=float(args.universal_conversion_timeout),
         peer_timeout=args.peer_timeout,
+        precision=args.precision,
+        deterministic=args.deterministic,
     )
 
 

@@ -127,6 +127,11 @@ def launch_workers(
     os.environ["RELAUNCH_LAUNCHER_PID"] = str(os.getpid())
     if not torch.cuda.is_available():
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    if cfg.engine == "deepspeed":
+        from trainer.warmup import STALE_LOCK_SECONDS, extensions_root, remove_stale_locks
+
+        # A build killed earlier on this machine would make every worker wait on its lock for ever.
+        remove_stale_locks(extensions_root(), STALE_LOCK_SECONDS, log)
     config = LaunchConfig(
         min_nodes=topology.num_nodes,
         max_nodes=topology.num_nodes,

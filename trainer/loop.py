@@ -12,12 +12,14 @@ import torch
 import torch.distributed as dist
 
 from trainer import fault_hooks, layout, rng
+from trainer.batches import StepBatches
 from trainer.checkpoint import Checkpointer
 from trainer.config import JobIdentity, TrainConfig, micro_steps_per_step
-from trainer.data import ResumableSampler, collate
+from trainer.data import ResumableSampler
 from trainer.engines import build_engine
 from trainer.factories import load_factory
 from trainer.node_status import REPLICA_ENV
+from trainer.numerics import device_precision
 from trainer.preemption import (
     PreemptionFlag,
     any_rank,
@@ -55,11 +57,23 @@ def train(
     rng.seed_all(cfg.seed)
     model = build_model()
     dataset = build_dataset()
-    engine = build_engine(cfg, model, device)
+    engine = build_engine(cfg, model, device, device_precision(cfg.precision, device))
     sampler = ResumableSampler(
         len(dataset), cfg.batch_size, rank, world_size, cfg.seed, step_samples=cfg.global_batch_size
     )
-    checkpointer = Checkpointer(cfg.checkpoint_uri, identity, engine.name, cfg.keep_last, log)
+    checkpointer = Checkpointer(
+        cfg.checkpoint_uri, identity, engine.name, cfg.keep_last, log, precision=engine.precision
+    )
+    log.info(
+        "numerics",
+        precision=engine.precision,
+        deterministic=cfg.deterministic,
+        backend=dist.get_backend(),
+        device=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+    )
+    # The per-step signal exchange runs on host memory: on a GPU over a gloo group of its own
+    # (the checkpointer's group belongs to its background thread).
+    signal_group = dist.new_group(backend="gloo") if device.type == "cuda" else None
     # Each rank gets its own stream for dropout and friends.
     rng.seed_all(cfg.seed + 7919 * (rank + 1))
 
@@ -82,17 +96,17 @@ def train(
             micro_steps_per_step=cfg.grad_accum,
         )
     progress.step, progress.last_committed_step = step, checkpointer.last_committed_step
+    batches = StepBatches(dataset, sampler, cfg.grad_accum, device)
 
     def trainer_state() -> dict:
-        return {"step": step, "data": sampler.state_dict(), "rng": rng.capture(), "world_size": world_size}
+        return {"step": step, "data": batches.state_dict(), "rng": rng.capture(), "world_size": world_size}
 
     last_checkpoint_time = timing_start = time.monotonic()
     attempt_steps = 0  # steps run by this attempt (a resumed one starts at the checkpoint's step)
     window_start, window_steps = time.monotonic(), 0
     loss = torch.zeros((), device=device)
     while step < cfg.steps:
-        micro_batches = [collate(dataset, sampler.next_indices(), device) for _ in range(cfg.grad_accum)]
-        loss = engine.train_step(micro_batches)
+        loss = engine.train_step(batches.next_step(prepare_another=step + 1 < cfg.steps))
         step += 1
         progress.step = step
         window_steps += 1
@@ -103,6 +117,8 @@ def train(
         elif attempt_steps == 1:
             timing_start = time.monotonic()  # the first step includes warm-up and the DDP settle
         if step % cfg.log_every == 0:
+            if device.type == "cuda":  # once per log window: the window's time is the GPU's, too
+                torch.cuda.synchronize(device)
             elapsed = time.monotonic() - window_start
             samples = window_steps * cfg.batch_size * cfg.grad_accum * world_size
             log.info(
@@ -121,10 +137,11 @@ def train(
             and rank == 0
             and time.monotonic() - last_checkpoint_time >= cfg.checkpoint_every_seconds
         )
-        signals = exchange_step_signals(flag, time_due, device)
+        signals = exchange_step_signals(flag, time_due, signal_group)
         if signals.stop:
             if heartbeat is not None:
                 heartbeat.leave(orderly=True)  # the gang stops together; the grace budget bounds it
+            batches.close()
             return stop_for_preemption(
                 cfg, identity, step, engine, checkpointer, trainer_state(), flag, device, log
             )
@@ -135,6 +152,7 @@ def train(
             last_checkpoint_time = time.monotonic()
         progress.last_committed_step = checkpointer.last_committed_step
 
+    batches.close()
     checkpointer.wait()
     final = checkpointer.save(step, engine, trainer_state(), blocking=True)
     progress.last_committed_step = checkpointer.last_committed_step
@@ -159,8 +177,8 @@ def train(
         params_sha256=digest,
         optimizer_steps=engine.optimizer_steps(),
         world_size=world_size,
-        data_epoch=sampler.epoch,
-        data_consumed=sampler.consumed,
+        data_epoch=batches.epoch,
+        data_consumed=batches.consumed,
         final_checkpoint=bool(final and final.committed),
     )
     checkpointer.close()

@@ -106,6 +106,10 @@ def run(argv: list[str], flag: PreemptionFlag, status: NodeStatus | None = None)
     extra: dict = {}
     heartbeat = None
     try:
+        if cfg.deterministic:
+            from trainer.numerics import enable_determinism
+
+            enable_determinism()  # before CUDA and cuBLAS are first used
         device = init_distributed()
 
         def on_peer_loss(loss) -> None:
@@ -125,7 +129,13 @@ def run(argv: list[str], flag: PreemptionFlag, status: NodeStatus | None = None)
         extra = {"checkpoint_root": exc.root, "steps_lost": exc.steps_lost}
         log.error("no usable checkpoint", error=str(exc), checkpoint_root=exc.root, steps_lost=exc.steps_lost)
     except Exception as exc:  # every other failure is a runtime error (exit 70)
+        from trainer.numerics import is_nondeterministic_op_error
+
         code, reason = layout.EXIT_RUNTIME, layout.REASON_RUNTIME_ERROR
+        if cfg.deterministic and is_nondeterministic_op_error(exc):
+            # Retrying cannot help: the model uses an op with no deterministic implementation.
+            code, reason = layout.EXIT_CONFIG, layout.REASON_CONFIG_ERROR
+            print(f"relaunch-train: --deterministic: {exc}", file=sys.stderr)
         log.exception("training failed", error=f"{type(exc).__name__}: {exc}", step=progress.step)
         if looks_like_peer_loss(exc):
             reason = layout.REASON_STOPPED_BY_PEER
