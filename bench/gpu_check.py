@@ -30,6 +30,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tarfile
 import tempfile
 import threading
 import time
@@ -371,7 +372,13 @@ def main() -> None:
     for name, body in parts.items():
         if not opts.only or name in opts.only:
             section(check, name, body)
-    print(f"logs of every run: {check.work}; results: {os.path.join(opts.out, 'gpu_check.json')}")
+    with tarfile.open(os.path.join(opts.out, "run-logs.tgz"), "w:gz") as tar:
+        for name in sorted(os.listdir(check.work)):
+            if name.endswith(".log"):
+                tar.add(os.path.join(check.work, name), arcname=name)
+    print(
+        f"logs of every run: {check.work} (and run-logs.tgz); results: {os.path.join(opts.out, 'gpu_check.json')}"
+    )
 
 
 if __name__ == "__main__":

@@ -35,7 +35,9 @@ SEED = 1234
 
 def trainer_env(extra: dict | None = None) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RELAUNCH_", "CLUSTER_SPEC", "MASTER_"))}
-    env.update({"OMP_NUM_THREADS": "1", "PYTHONPATH": REPO, "RELAUNCH_JOB_ID": "bench"})
+    # Keep what PYTHONPATH already held (packages carried to a machine beside its own).
+    path = os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH", "")) if p)
+    env.update({"OMP_NUM_THREADS": "1", "PYTHONPATH": path, "RELAUNCH_JOB_ID": "bench"})
     env.update(extra or {})
     return env
 
