@@ -63,6 +63,17 @@ def replica_reason(code: int, outcomes: list[WorkerOutcome | None], signalled: b
     return layout.REASON_OF_EXIT_CODE.get(code, layout.REASON_RUNTIME_ERROR)
 
 
+def shutdown_timeout(launch_config_class, seconds: int, log) -> dict:
+    """LaunchConfig's `shutdown_timeout` (seconds from SIGTERM to SIGKILL of the workers) where
+    this torch has it; older releases (2.11, in some GPU images) have a fixed 30 s instead."""
+    import inspect
+
+    if "shutdown_timeout" in inspect.signature(launch_config_class).parameters:
+        return {"shutdown_timeout": seconds}
+    log.warning("this torch has no LaunchConfig.shutdown_timeout: workers are killed 30 s after SIGTERM")
+    return {}
+
+
 def default_nproc() -> int:
     import torch
 
@@ -144,7 +155,7 @@ def launch_workers(
         monitor_interval=0.1,
         start_method="spawn",
         logs_specs=DefaultLogsSpecs(log_dir=os.path.join(status_dir, "logs")),
-        shutdown_timeout=hard_kill_after(cfg.grace_seconds),
+        **shutdown_timeout(LaunchConfig, hard_kill_after(cfg.grace_seconds), log),
     )
     log.info(
         "launching workers",
