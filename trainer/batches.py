@@ -54,6 +54,14 @@ class StepBatches:
     def state_dict(self) -> dict:
         return dict(self._position)
 
+    def load_state_dict(self, state: dict) -> None:
+        """Continue from a saved position; anything prepared ahead is dropped."""
+        if self._ahead is not None:
+            self._ahead[0].cancel()
+            self._ahead = None
+        self.sampler.load_state_dict(state)
+        self._position = self.sampler.state_dict()
+
     @property
     def epoch(self) -> int:
         return int(self._position["epoch"])

@@ -2,6 +2,8 @@
 
 import pytest
 
+from tests.support.gang import TINY
+from trainer import layout, storage
 from trainer.config import ConfigError, parse_config
 from trainer.numerics import check_resume_precision, is_nondeterministic_op_error, resolve_precision
 
@@ -49,3 +51,19 @@ def test_an_op_without_a_deterministic_implementation_is_recognised():
     )
     assert is_nondeterministic_op_error(raised)
     assert not is_nondeterministic_op_error(RuntimeError("CUDA out of memory"))
+
+
+@pytest.mark.slow
+def test_the_marker_records_the_precision_and_a_resume_at_another_one_is_refused(start_gang, tmp_path):
+    root = f"file://{tmp_path}/ckpt"
+    first = start_gang(["--steps", "2", *TINY], nproc=1, checkpoint_uri=root)
+    assert first.wait() == [0], first.chief.output()
+    assert storage.latest_committed(root).precision == "fp32"  # auto on CPU
+
+    again = start_gang(
+        ["--steps", "4", "--precision", "bf16", *TINY], nproc=1, attempt=2, checkpoint_uri=root
+    )
+    assert again.wait() == [layout.EXIT_CONFIG], again.chief.output()
+    assert "checkpoint step 2 was trained at fp32 but this run trains at bf16" in again.chief.output()
+    assert storage.read_exit_record(root, 2).reason == "config_error"
+    assert storage.latest_committed(root).step == 2  # nothing trained on top of it
