@@ -1,12 +1,15 @@
-"""Trainer overhead on CPU (gloo), printed as a table:
+"""Trainer overhead, printed as a table (CPU with gloo, or the GPUs present with NCCL):
 
 1. step time of `python -m trainer` (DDP engine) vs. a minimal hand-written DDP loop on the
-   same model, data and batch size (ratio: trainer / plain);
+   same model, data and batch size (ratio: trainer / plain). The two are interleaved: round i
+   runs one trainer window and one plain window back to back (alternating which goes first), so
+   a swing of the machine's load hits both sides of a round; the overhead is the median of the
+   rounds' ratios, printed with the load average before and after;
 2. training-loop stall per checkpoint with the background upload vs. a synchronous save
    (ratio: synchronous / background), to a local path and, if devstack is importable, to the
-   GCS emulator.
+   GCS emulator (`--no-checkpoints` skips this part).
 
-Usage: .venv/bin/python bench/trainer_bench.py [--nproc 2] [--steps 60]
+Usage: .venv/bin/python bench/trainer_bench.py [--nproc 2] [--steps 60] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -32,7 +35,9 @@ SEED = 1234
 
 def trainer_env(extra: dict | None = None) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RELAUNCH_", "CLUSTER_SPEC", "MASTER_"))}
-    env.update({"OMP_NUM_THREADS": "1", "PYTHONPATH": REPO, "RELAUNCH_JOB_ID": "bench"})
+    # Keep what PYTHONPATH already held (packages carried to a machine beside its own).
+    path = os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH", "")) if p)
+    env.update({"OMP_NUM_THREADS": "1", "PYTHONPATH": path, "RELAUNCH_JOB_ID": "bench"})
     env.update(extra or {})
     return env
 
@@ -64,8 +69,30 @@ def trainer_step_seconds(nproc: int, steps: int, window: int) -> float:
     return statistics.median(windows[1:])  # the first window includes warm-up
 
 
+def interleaved_step_seconds(nproc: int, steps: int, window: int, rounds: int) -> list[tuple[float, float]]:
+    """(trainer, plain) median step seconds per round; odd rounds run the plain loop first."""
+    results = []
+    for index in range(rounds):
+        if index % 2:
+            plain = plain_ddp_step_seconds(nproc, steps, window)
+            trainer = trainer_step_seconds(nproc, steps, window)
+        else:
+            trainer = trainer_step_seconds(nproc, steps, window)
+            plain = plain_ddp_step_seconds(nproc, steps, window)
+        print(
+            f"round {index + 1}: trainer {trainer * 1000:.2f} ms, plain {plain * 1000:.2f} ms, "
+            f"ratio {trainer / plain:.3f}, load {os.getloadavg()[0]:.2f}",
+            flush=True,
+        )
+        results.append((trainer, plain))
+    return results
+
+
 def _plain_ddp_worker(rank: int, world: int, port: int, steps: int, window: int, out_path: str) -> None:
-    """The smallest honest DDP loop: same model, data, optimizer and batch size, nothing else."""
+    """The smallest honest DDP loop: same model, data, optimizer and batch size, nothing else
+    (on a GPU: NCCL, bf16 autocast and fused AdamW, as a user would write it)."""
+    import contextlib
+
     os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
     import torch
     import torch.distributed as dist
@@ -73,19 +100,29 @@ def _plain_ddp_worker(rank: int, world: int, port: int, steps: int, window: int,
 
     from trainer.examples import gpt
 
+    on_gpu = torch.cuda.is_available()
+    device = torch.device("cuda", rank) if on_gpu else torch.device("cpu")
+    if on_gpu:
+        torch.cuda.set_device(device)
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(minutes=5))
+    backend = "nccl" if on_gpu else "gloo"
+    dist.init_process_group(backend, rank=rank, world_size=world, timeout=timedelta(minutes=5))
     torch.manual_seed(SEED)
-    model = DistributedDataParallel(gpt.build_larger_model())
+    model = DistributedDataParallel(
+        gpt.build_larger_model().to(device), device_ids=[rank] if on_gpu else None
+    )
     data = gpt.build_larger_dataset()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.01)
+    fused = {"fused": True} if on_gpu else {}
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.01, **fused)
+    autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if on_gpu else contextlib.nullcontext
     order = torch.randperm(len(data), generator=torch.Generator().manual_seed(SEED)).tolist()
     times, start = [], time.perf_counter()
     for step in range(steps):
         offset = (step * BATCH * world + rank * BATCH) % (len(data) - BATCH)
         samples = [data[i] for i in order[offset : offset + BATCH]]
-        inputs, targets = (torch.stack(c) for c in zip(*samples))
-        loss = model(inputs, targets)
+        inputs, targets = (torch.stack(c).to(device) for c in zip(*samples))
+        with autocast():
+            loss = model(inputs, targets)
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -142,16 +179,41 @@ def main() -> None:
     parser.add_argument("--nproc", type=int, default=2)
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--window", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved trainer/plain rounds")
+    parser.add_argument("--no-checkpoints", action="store_true", help="only the step-time comparison")
     opts = parser.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     sys.path.insert(0, REPO)
 
+    load_before = os.getloadavg()
     rows = []
-    trainer_s = trainer_step_seconds(opts.nproc, opts.steps, opts.window)
-    plain_s = plain_ddp_step_seconds(opts.nproc, opts.steps, opts.window)
-    rows.append(("step time, trainer (DDP engine)", f"{trainer_s * 1000:.2f} ms", ""))
-    rows.append(("step time, plain DDP loop", f"{plain_s * 1000:.2f} ms", ""))
-    rows.append(("  ratio trainer / plain", f"{trainer_s / plain_s:.3f}", ""))
+    pairs = interleaved_step_seconds(opts.nproc, opts.steps, opts.window, opts.rounds)
+    ratios = [trainer / plain for trainer, plain in pairs]
+    rows.append(
+        (
+            "step time, trainer (DDP engine), median of rounds",
+            f"{statistics.median(p[0] for p in pairs) * 1000:.2f} ms",
+            "",
+        )
+    )
+    rows.append(
+        (
+            "step time, plain DDP loop, median of rounds",
+            f"{statistics.median(p[1] for p in pairs) * 1000:.2f} ms",
+            "",
+        )
+    )
+    rows.append(
+        (
+            "  ratio trainer / plain, median of rounds",
+            f"{statistics.median(ratios):.3f}",
+            " ".join(f"{r:.3f}" for r in ratios),
+        )
+    )
+    load_after = os.getloadavg()
+    if opts.no_checkpoints:
+        _print_table(opts, rows, load_before, load_after)
+        return
 
     with tempfile.TemporaryDirectory() as tmp:
         targets = [("local", f"file://{tmp}/bg", f"file://{tmp}/sync", None)]
@@ -183,9 +245,17 @@ def main() -> None:
             rows.append(("  ratio synchronous / background", f"{synchronous / background:.1f}", ""))
         if emulator is not None:
             emulator.stop()
+    _print_table(opts, rows, load_before, load_after)
 
+
+def _print_table(opts, rows, load_before, load_after) -> None:
+    import torch
+
+    where = f"GPU {torch.cuda.get_device_name(0)}, NCCL" if torch.cuda.is_available() else "CPU, gloo"
     print(
-        f"\nCPU, gloo, {opts.nproc} processes, model {MODEL.split(':')[1]}, batch {BATCH}/rank, OMP_NUM_THREADS=1\n"
+        f"\n{where}, {opts.nproc} processes, model {MODEL.split(':')[1]}, batch {BATCH}/rank, "
+        f"OMP_NUM_THREADS=1, {opts.rounds} interleaved rounds of {opts.steps} steps; load average "
+        f"{load_before[0]:.2f} before, {load_after[0]:.2f} after the step-time rounds\n"
     )
     width = max(len(r[0]) for r in rows)
     print(f"{'measure'.ljust(width)} | value      | note")

@@ -33,6 +33,7 @@ import torch.distributed as dist
 
 from trainer import fault_hooks, layout
 from trainer.config import ConfigError, JobIdentity
+from trainer.numerics import check_resume_precision
 from trainer.storage import (
     Storage,
     list_committed_steps,
@@ -82,8 +83,17 @@ class Restored:
 
 
 class Checkpointer:
-    def __init__(self, uri: str | None, identity: JobIdentity, engine_name: str, keep_last: int, log):
+    def __init__(
+        self,
+        uri: str | None,
+        identity: JobIdentity,
+        engine_name: str,
+        keep_last: int,
+        log,
+        precision: str | None = None,
+    ):
         self.store: Storage | None = open_storage(uri) if uri else None
+        self.precision = precision
         self.identity = identity
         self.engine_name = engine_name
         self.keep_last = keep_last
@@ -297,6 +307,7 @@ class Checkpointer:
             blocking_seconds=round(blocking_seconds, 4),
             write_seconds=round(write_seconds, 4),
             emergency=emergency,
+            precision=self.precision,
         )
         key = layout.commit_marker_path(layout.step_dir_name(step))
         if self.store.create_only(key, marker.to_json().encode()):
@@ -362,6 +373,8 @@ class Checkpointer:
             marker = self._broadcast(read_usable_marker(source, step) if self.rank == 0 else None)
             if marker is None:
                 continue
+            if self.precision is not None:
+                check_resume_precision(marker.precision, self.precision, step)
             local = os.path.join(self.staging_root, "restore", layout.step_dir_name(step))
             outcome = self._download_verified(source, marker, engine, local)
             outcomes: list = [None] * self.world_size

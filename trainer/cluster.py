@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import json
-import re
 import socket
 from dataclasses import dataclass
 
 from trainer import layout
 from trainer.config import ConfigError
 
-_POOL_RE = re.compile(r"^workerpool(\d+)$")
 DEFAULT_MASTER_PORT = 29500
+# The pools whose replicas run the trainer and form the gang: Vertex's chief (workerpool0) and
+# workers (workerpool1). Pools 2 and 3 hold parameter servers, a reduction server or evaluators
+# (https://cloud.google.com/vertex-ai/docs/training/distributed-training): they run other
+# programs, so their hosts are never counted as training nodes.
+TRAINING_POOLS = ("workerpool0", "workerpool1")
 
 
 @dataclass(frozen=True)
@@ -38,7 +41,9 @@ def _split_host_port(entry: str) -> tuple[str, int]:
 
 
 def from_cluster_spec(text: str) -> NodeTopology:
-    """Vertex's CLUSTER_SPEC: nodes are numbered pool by pool (workerpool0 first), in list order."""
+    """Vertex's CLUSTER_SPEC: the training nodes are workerpool0's host then workerpool1's, in list
+    order; the hosts of pools 2-3 are not part of the gang. A trainer started in one of those
+    pools is a configuration error: it would wait for a rank nobody gives it."""
     try:
         spec = json.loads(text)
         cluster = spec["cluster"]
@@ -46,18 +51,20 @@ def from_cluster_spec(text: str) -> NodeTopology:
         task_type, task_index = task["type"], int(task["index"])
     except (ValueError, KeyError, TypeError) as exc:
         raise ConfigError(f"CLUSTER_SPEC is not valid: {exc}") from None
-    pools = sorted(
-        ((int(m.group(1)), name) for name in cluster if (m := _POOL_RE.match(name))),
-        key=lambda item: item[0],
-    )
     hosts: list[str] = []
     offsets: dict[str, int] = {}
-    for _, name in pools:
+    for name in TRAINING_POOLS:
         offsets[name] = len(hosts)
-        hosts.extend(cluster[name] or [])  # empty pools are allowed and skipped
+        hosts.extend(cluster.get(name) or [])  # an empty or absent workerpool1 is allowed
     if not cluster.get("workerpool0"):
         raise ConfigError("CLUSTER_SPEC has no workerpool0 host to rendezvous at")
-    if task_type not in offsets or not 0 <= task_index < len(cluster[task_type] or []):
+    if task_type in cluster and task_type not in offsets:
+        raise ConfigError(
+            f"CLUSTER_SPEC task {task_type} is not a training pool: the trainer runs in "
+            f"{' and '.join(TRAINING_POOLS)} only (pools 2-3 run a reduction server, parameter "
+            "servers or evaluators with their own command)"
+        )
+    if task_type not in offsets or not 0 <= task_index < len(cluster.get(task_type) or []):
         raise ConfigError(f"CLUSTER_SPEC task {task_type}[{task_index}] is not in the cluster")
     master_addr, master_port = _split_host_port(cluster["workerpool0"][0])
     return NodeTopology(

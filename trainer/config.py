@@ -45,6 +45,9 @@ class TrainConfig:
     # global batch is batch_size x world size x grad_accum, as it always was.
     global_batch_size: int | None = None
     universal_conversion_timeout: float = 600.0
+    peer_timeout: float = 15.0
+    precision: str = "auto"  # auto, bf16, fp16, fp32 (trainer/numerics.py)
+    deterministic: bool = False
 
 
 class _Parser(argparse.ArgumentParser):
@@ -55,6 +58,13 @@ class _Parser(argparse.ArgumentParser):
 def _positive_int(text: str) -> int:
     value = int(text)
     if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
         raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
     return value
 
@@ -117,8 +127,26 @@ def build_parser() -> argparse.ArgumentParser:
         help="budget after the first SIGTERM any rank got: finish or skip the emergency save, exit",
     )
     p.add_argument("--rendezvous-timeout", type=_positive_int, default=300)
+    p.add_argument(
+        "--peer-timeout",
+        type=_positive_float,
+        default=15.0,
+        help="seconds without a heartbeat from a peer rank before the gang counts as broken (exit 70)",
+    )
     p.add_argument("--checkpoint-uri", default=None, help="default: $RELAUNCH_CHECKPOINT_URI")
     p.add_argument("--resume-from", default=None, help="default: $RELAUNCH_RESUME_FROM")
+    p.add_argument(
+        "--precision",
+        choices=("auto", "bf16", "fp16", "fp32"),
+        default="auto",
+        help="auto: bf16 on GPUs with bf16 units, fp16 on older GPUs, fp32 on CPU",
+    )
+    p.add_argument(
+        "--deterministic",
+        action="store_true",
+        help="deterministic algorithms only (an op without one fails the run, exit 64): bitwise "
+        "reproducible on GPU for the same GPU type and count",
+    )
     p.add_argument(
         "--synchronous-checkpoints",
         action="store_true",
@@ -180,6 +208,9 @@ def parse_config(argv: list[str], env: dict[str, str] | None = None) -> TrainCon
         synchronous_checkpoints=args.synchronous_checkpoints,
         global_batch_size=args.global_batch_size,
         universal_conversion_timeout=float(args.universal_conversion_timeout),
+        peer_timeout=args.peer_timeout,
+        precision=args.precision,
+        deterministic=args.deterministic,
     )
 
 

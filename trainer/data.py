@@ -75,9 +75,3 @@ class ResumableSampler:
         self.epoch = int(state["epoch"])
         self.consumed = int(state["consumed"])
         self._order = None
-
-
-def collate(dataset, indices: list[int], device) -> tuple:
-    """Stack the samples (tuples of tensors) at these indices into one batch on `device`."""
-    samples = [dataset[i] for i in indices]
-    return tuple(torch.stack(column).to(device, non_blocking=True) for column in zip(*samples))

@@ -63,6 +63,17 @@ def replica_reason(code: int, outcomes: list[WorkerOutcome | None], signalled: b
     return layout.REASON_OF_EXIT_CODE.get(code, layout.REASON_RUNTIME_ERROR)
 
 
+def shutdown_timeout(launch_config_class, seconds: int, log) -> dict:
+    """LaunchConfig's `shutdown_timeout` (seconds from SIGTERM to SIGKILL of the workers) where
+    this torch has it; older releases (2.11, in some GPU images) have a fixed 30 s instead."""
+    import inspect
+
+    if "shutdown_timeout" in inspect.signature(launch_config_class).parameters:
+        return {"shutdown_timeout": seconds}
+    log.warning("this torch has no LaunchConfig.shutdown_timeout: workers are killed 30 s after SIGTERM")
+    return {}
+
+
 def default_nproc() -> int:
     import torch
 
@@ -127,6 +138,11 @@ def launch_workers(
     os.environ["RELAUNCH_LAUNCHER_PID"] = str(os.getpid())
     if not torch.cuda.is_available():
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    if cfg.engine == "deepspeed":
+        from trainer.warmup import STALE_LOCK_SECONDS, extensions_root, remove_stale_locks
+
+        # A build killed earlier on this machine would make every worker wait on its lock for ever.
+        remove_stale_locks(extensions_root(), STALE_LOCK_SECONDS, log)
     config = LaunchConfig(
         min_nodes=topology.num_nodes,
         max_nodes=topology.num_nodes,
@@ -139,7 +155,7 @@ def launch_workers(
         monitor_interval=0.1,
         start_method="spawn",
         logs_specs=DefaultLogsSpecs(log_dir=os.path.join(status_dir, "logs")),
-        shutdown_timeout=hard_kill_after(cfg.grace_seconds),
+        **shutdown_timeout(LaunchConfig, hard_kill_after(cfg.grace_seconds), log),
     )
     log.info(
         "launching workers",
@@ -213,6 +229,8 @@ def write_replica_record(
 
     reason = replica_reason(code, outcomes, signalled)
     codes = [o.exit_code if o is not None else None for o in outcomes]
+    detail = f"worker exit codes {codes} (None: killed before reporting)"
+    known = next((o.detail for o in outcomes if o is not None and o.detail), None)
     try:
         write_replica_exit(
             cfg.checkpoint_uri,
@@ -225,7 +243,7 @@ def write_replica_record(
                 reason=reason,
                 exit_code=code,
                 signal="SIGTERM" if reason == layout.REASON_PREEMPTED else None,
-                detail=f"worker exit codes {codes} (None: killed before reporting)",
+                detail=f"{known}; {detail}" if known else detail,
                 final=True,
             ),
         )

@@ -251,6 +251,9 @@ class CommitMarker:
     # (the emergency checkpoint). Its stall is no measure of a periodic save's cost, which the
     # controller's adaptive interval reads from these markers.
     emergency: bool = False
+    # Optional (absent in older markers): the precision it was trained at (bf16, fp16, fp32); a
+    # resume at another precision is refused.
+    precision: str | None = None
 
     def to_json(self) -> str:
         doc = {
@@ -269,6 +272,8 @@ class CommitMarker:
             doc["writeSeconds"] = self.write_seconds
         if self.emergency:
             doc["emergency"] = True
+        if self.precision is not None:
+            doc["precision"] = self.precision
         return json.dumps(doc, indent=1)
 
     @classmethod
@@ -298,6 +303,7 @@ class CommitMarker:
             blocking_seconds=_optional_seconds(doc, "blockingSeconds"),
             write_seconds=_optional_seconds(doc, "writeSeconds"),
             emergency=bool(_optional(doc, "emergency", bool)),
+            precision=_optional(doc, "precision", str),
         )
 
 

@@ -6,23 +6,34 @@ import dataclasses
 import os
 import time
 from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from trainer import fault_hooks, layout, rng
+from trainer.batches import StepBatches
 from trainer.checkpoint import Checkpointer
 from trainer.config import JobIdentity, TrainConfig, micro_steps_per_step
-from trainer.data import ResumableSampler, collate
-from trainer.engines import build_engine
+from trainer.data import ResumableSampler
+from trainer.engines import Engine, build_engine
 from trainer.factories import load_factory
 from trainer.node_status import REPLICA_ENV
+from trainer.numerics import device_precision
 from trainer.preemption import (
     PreemptionFlag,
     any_rank,
     broadcast_decision,
     emergency_save_fits,
     exchange_step_signals,
+)
+from trainer.state import (
+    RngStreams,
+    StateRegistry,
+    StepCounter,
+    rank_file_state,
+    registry_state_of,
 )
 from trainer.storage import read_exit_record, write_exit_record, write_replica_exit
 
@@ -35,6 +46,72 @@ class Progress:
     last_committed_step: int | None = None
 
 
+@dataclass
+class Run:
+    """What one rank's training shares between its steps and its stop: built once, passed as one."""
+
+    cfg: TrainConfig
+    identity: JobIdentity
+    device: torch.device
+    flag: PreemptionFlag
+    log: Any
+    engine: Engine
+    checkpointer: Checkpointer
+    batches: StepBatches
+    counter: StepCounter
+    registry: StateRegistry
+
+    def checkpoint_state(self) -> dict:
+        return rank_file_state(self.registry, self.counter)
+
+
+def build(cfg: TrainConfig, identity: JobIdentity, device: torch.device, flag: PreemptionFlag, log) -> Run:
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    build_model = load_factory(cfg.model, "--model")
+    build_dataset = load_factory(cfg.data, "--data")
+    # Same seed everywhere: every rank builds identical initial weights.
+    rng.seed_all(cfg.seed)
+    model = build_model()
+    dataset = build_dataset()
+    engine = build_engine(cfg, model, device, device_precision(cfg.precision, device))
+    sampler = ResumableSampler(
+        len(dataset), cfg.batch_size, rank, world_size, cfg.seed, step_samples=cfg.global_batch_size
+    )
+    checkpointer = Checkpointer(
+        cfg.checkpoint_uri, identity, engine.name, cfg.keep_last, log, precision=engine.precision
+    )
+    counter = StepCounter(world_size)
+    batches = StepBatches(dataset, sampler, cfg.grad_accum, device)
+    registry = StateRegistry()
+    registry.register("progress", counter)
+    registry.register("data", batches)
+    registry.register("rng", RngStreams())
+    return Run(cfg, identity, device, flag, log, engine, checkpointer, batches, counter, registry)
+
+
+def restore(run: Run) -> None:
+    """Resume from the newest usable checkpoint, or start fresh; either way log which."""
+    cfg, log, rank, world_size = run.cfg, run.log, dist.get_rank(), dist.get_world_size()
+    # Each rank gets its own stream for dropout and friends.
+    rng.seed_all(cfg.seed + 7919 * (rank + 1))
+    restored = run.checkpointer.restore(run.engine, cfg.resume_from)
+    if restored is None:
+        log.info(
+            "starting fresh",
+            world_size=world_size,
+            engine=run.engine.name,
+            steps=cfg.steps,
+            micro_steps_per_step=cfg.grad_accum,
+        )
+        return
+    # At another world size per-rank RNG streams cannot carry over: see rng.rank_stream_seed.
+    skip = () if restored.exact else ("rng",)
+    run.registry.load_state_dict(registry_state_of(restored.trainer_state), skip=skip)
+    if not restored.exact:
+        rng.seed_all(rng.rank_stream_seed(cfg.seed, rank, run.counter.step))
+    log_resume(cfg, run.identity, run.counter.step, log, run.batches, world_size, restored, cfg.grad_accum)
+
+
 def train(
     cfg: TrainConfig,
     identity: JobIdentity,
@@ -42,59 +119,44 @@ def train(
     flag: PreemptionFlag,
     progress: Progress,
     log,
+    heartbeat=None,
 ) -> int:
     rank, world_size = dist.get_rank(), dist.get_world_size()
     # With --global-batch-size the accumulation follows the world size of this attempt.
     cfg = dataclasses.replace(cfg, grad_accum=micro_steps_per_step(cfg, world_size))
-    build_model = load_factory(cfg.model, "--model")
-    build_dataset = load_factory(cfg.data, "--data")
-
-    # Same seed everywhere: every rank builds identical initial weights.
-    rng.seed_all(cfg.seed)
-    model = build_model()
-    dataset = build_dataset()
-    engine = build_engine(cfg, model, device)
-    sampler = ResumableSampler(
-        len(dataset), cfg.batch_size, rank, world_size, cfg.seed, step_samples=cfg.global_batch_size
+    run = build(cfg, identity, device, flag, log)
+    engine, checkpointer, batches, counter = run.engine, run.checkpointer, run.batches, run.counter
+    log.info(
+        "numerics",
+        precision=engine.precision,
+        deterministic=cfg.deterministic,
+        backend=dist.get_backend(),
+        device=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
     )
-    checkpointer = Checkpointer(cfg.checkpoint_uri, identity, engine.name, cfg.keep_last, log)
-    # Each rank gets its own stream for dropout and friends.
-    rng.seed_all(cfg.seed + 7919 * (rank + 1))
+    # The per-step signal exchange runs on host memory: on a GPU over a gloo group of its own
+    # (the checkpointer's group belongs to its background thread).
+    signal_group = dist.new_group(backend="gloo") if device.type == "cuda" else None
+    restore(run)
+    progress.step, progress.last_committed_step = counter.step, checkpointer.last_committed_step
 
-    step = 0
-    restored = checkpointer.restore(engine, cfg.resume_from)
-    if restored is not None:
-        step = restored.step
-        sampler.load_state_dict(restored.trainer_state["data"])
-        if restored.exact:
-            rng.restore(restored.trainer_state["rng"])
-        else:  # another world size: see rng.rank_stream_seed
-            rng.seed_all(rng.rank_stream_seed(cfg.seed, rank, step))
-        log_resume(cfg, identity, step, log, sampler, world_size, restored, cfg.grad_accum)
-    else:
-        log.info(
-            "starting fresh",
-            world_size=world_size,
-            engine=engine.name,
-            steps=cfg.steps,
-            micro_steps_per_step=cfg.grad_accum,
-        )
-    progress.step, progress.last_committed_step = step, checkpointer.last_committed_step
-
-    def trainer_state() -> dict:
-        return {"step": step, "data": sampler.state_dict(), "rng": rng.capture(), "world_size": world_size}
-
-    last_checkpoint_time = time.monotonic()
+    last_checkpoint_time = timing_start = time.monotonic()
+    attempt_steps = 0  # steps run by this attempt (a resumed one starts at the checkpoint's step)
     window_start, window_steps = time.monotonic(), 0
     loss = torch.zeros((), device=device)
-    while step < cfg.steps:
-        micro_batches = [collate(dataset, sampler.next_indices(), device) for _ in range(cfg.grad_accum)]
-        loss = engine.train_step(micro_batches)
-        step += 1
-        progress.step = step
+    while counter.step < cfg.steps:
+        loss = engine.train_step(batches.next_step(prepare_another=counter.step + 1 < cfg.steps))
+        counter.step += 1
+        step = progress.step = counter.step
         window_steps += 1
 
+        attempt_steps += 1
+        if attempt_steps == TIMEOUT_AFTER_STEPS:
+            set_collective_timeout((time.monotonic() - timing_start) / (attempt_steps - 1), log)
+        elif attempt_steps == 1:
+            timing_start = time.monotonic()  # the first step includes warm-up and the DDP settle
         if step % cfg.log_every == 0:
+            if device.type == "cuda":  # once per log window: the window's time is the GPU's, too
+                torch.cuda.synchronize(device)
             elapsed = time.monotonic() - window_start
             samples = window_steps * cfg.batch_size * cfg.grad_accum * world_size
             log.info(
@@ -113,23 +175,28 @@ def train(
             and rank == 0
             and time.monotonic() - last_checkpoint_time >= cfg.checkpoint_every_seconds
         )
-        signals = exchange_step_signals(flag, time_due, device)
+        signals = exchange_step_signals(flag, time_due, signal_group)
         if signals.stop:
-            return stop_for_preemption(
-                cfg, identity, step, engine, checkpointer, trainer_state(), flag, device, log
-            )
+            if heartbeat is not None:
+                heartbeat.leave(orderly=True)  # the gang stops together; the grace budget bounds it
+            batches.close()
+            return stop_for_preemption(run)
 
         step_due = cfg.checkpoint_every_steps > 0 and step % cfg.checkpoint_every_steps == 0
         if (step_due or signals.checkpoint_due) and step < cfg.steps:
-            checkpointer.save(step, engine, trainer_state(), blocking=cfg.synchronous_checkpoints)
+            checkpointer.save(step, engine, run.checkpoint_state(), blocking=cfg.synchronous_checkpoints)
             last_checkpoint_time = time.monotonic()
         progress.last_committed_step = checkpointer.last_committed_step
 
+    batches.close()
     checkpointer.wait()
-    final = checkpointer.save(step, engine, trainer_state(), blocking=True)
+    step = counter.step
+    final = checkpointer.save(step, engine, run.checkpoint_state(), blocking=True)
     progress.last_committed_step = checkpointer.last_committed_step
     final_loss = mean_over_ranks(loss)
     digest = engine.parameter_digest()
+    if heartbeat is not None:
+        heartbeat.leave(orderly=True)  # past the last collective: peers may now exit at any time
     if rank == 0:
         record(
             cfg,
@@ -147,18 +214,40 @@ def train(
         params_sha256=digest,
         optimizer_steps=engine.optimizer_steps(),
         world_size=world_size,
-        data_epoch=sampler.epoch,
-        data_consumed=sampler.consumed,
+        data_epoch=batches.epoch,
+        data_consumed=batches.consumed,
         final_checkpoint=bool(final and final.committed),
     )
     checkpointer.close()
     return layout.EXIT_OK
 
 
-def stop_for_preemption(cfg, identity, step, engine, checkpointer, state, flag, device, log) -> int:
+# Steps 2..TIMEOUT_AFTER_STEPS (the first one warms up) time the collective timeout.
+TIMEOUT_AFTER_STEPS = 6
+
+
+def set_collective_timeout(step_seconds: float, log) -> None:
+    """Shorten the process group's timeout (10 min at init: rendezvous, restore) to one derived
+    from the measured step time; a collective stuck that long fails instead of hanging the gang."""
+    from trainer.liveness import collective_timeout_seconds
+
+    seconds = collective_timeout_seconds(step_seconds)
+    try:
+        from torch.distributed.distributed_c10d import _set_pg_timeout
+
+        _set_pg_timeout(timedelta(seconds=seconds))
+    except (ImportError, AttributeError, RuntimeError) as exc:  # a private API: best effort
+        log.warning("could not set the collective timeout", error=str(exc))
+        return
+    log.info("collective timeout set", seconds=round(seconds, 1), step_seconds=round(step_seconds, 4))
+
+
+def stop_for_preemption(run: Run) -> int:
     """Every rank arrives here at the same step, with the same grace clock (the gang's first
     signal). The exit record goes out first, so a SIGKILL at any later point still leaves one
     that says `preempted`; then every wait is bounded by what is left of the grace budget."""
+    cfg, identity, flag, log, checkpointer = run.cfg, run.identity, run.flag, run.log, run.checkpointer
+    engine, step, state, device = run.engine, run.counter.step, run.checkpoint_state(), run.device
     rank = dist.get_rank()
     signal_name = flag.signal_name or "SIGTERM"
     first_reported = checkpointer.last_committed_step

@@ -22,6 +22,7 @@ class WorkerOutcome:
     exit_record_written: bool
     reason: str | None = None  # why this worker stopped (a replica exit reason)
     signalled: bool = False  # this worker itself received SIGTERM
+    detail: str | None = None  # what broke the gang (a peer loss), when the worker knows
 
 
 class NodeStatus:
@@ -50,6 +51,7 @@ class NodeStatus:
         exit_record_written: bool,
         reason: str | None = None,
         signalled: bool = False,
+        detail: str | None = None,
     ) -> None:
         self._write(
             f"exit-{local_rank}",
@@ -58,6 +60,7 @@ class NodeStatus:
                 "exitRecordWritten": exit_record_written,
                 "reason": reason,
                 "signalled": signalled,
+                "detail": detail,
             },
         )
 
@@ -78,6 +81,7 @@ class NodeStatus:
                         bool(doc["exitRecordWritten"]),
                         doc.get("reason"),
                         bool(doc.get("signalled")),
+                        doc.get("detail"),
                     )
                 )
             except (OSError, ValueError, KeyError):

@@ -58,18 +58,20 @@ class StepSignals:
     seconds_since_first_signal: float  # on the rank signalled first; -1 if none was
 
 
-def exchange_step_signals(flag: PreemptionFlag, checkpoint_due: bool, device) -> StepSignals:
+def exchange_step_signals(flag: PreemptionFlag, checkpoint_due: bool, group=None) -> StepSignals:
     """One tiny all-reduce (MAX) per step so every rank takes the same decisions, with the same
-    grace clock: the largest "seconds since my signal" is the time since the gang's first one."""
+    grace clock: the largest "seconds since my signal" is the time since the gang's first one.
+
+    The tensor stays in host memory, on a gloo group (`group`; None: the default group, which is
+    gloo on CPU): reading the result then never waits for the GPU, whose queued work for the
+    step goes on meanwhile. A device tensor here cost one host-device sync per step."""
     import torch
     import torch.distributed as dist
 
     flags = torch.tensor(
-        [float(flag.requested), float(checkpoint_due), flag.seconds_since_signal()],
-        dtype=torch.float64,
-        device=device,
+        [float(flag.requested), float(checkpoint_due), flag.seconds_since_signal()], dtype=torch.float64
     )
-    dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+    dist.all_reduce(flags, op=dist.ReduceOp.MAX, group=group)
     stop, due, elapsed = flags.tolist()
     if stop:
         flag.adopt_gang_elapsed(elapsed)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
+import threading
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -12,6 +13,10 @@ from trainer import layout
 from trainer.config import ConfigError, JobIdentity, parse_config
 from trainer.node_status import NodeStatus
 from trainer.preemption import PreemptionFlag
+
+# Held by whichever ends the process: the main thread's ordinary exit or the heartbeat's
+# peer-loss exit (trainer/liveness.py); the other one never gets to write a second outcome.
+_ENDING = threading.Lock()
 
 
 def die_with_launcher() -> None:
@@ -33,8 +38,11 @@ def main(argv: list[str] | None = None) -> None:
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     status = NodeStatus.from_env()
     status.mark_started(local_rank)
-    outcome = run(sys.argv[1:] if argv is None else argv, flag)
-    status.mark_exited(local_rank, outcome.code, outcome.record_written, outcome.reason, flag.requested)
+    outcome = run(sys.argv[1:] if argv is None else argv, flag, status)
+    _ENDING.acquire()  # a peer-loss exit under way ends the process itself; wait for it
+    status.mark_exited(
+        local_rank, outcome.code, outcome.record_written, outcome.reason, flag.requested, outcome.detail
+    )
     sys.stdout.flush()
     sys.stderr.flush()
     # Skip interpreter teardown: lingering communicator threads must not turn an exit code into a hang.
@@ -46,6 +54,7 @@ class Outcome:
     code: int
     record_written: bool  # this process wrote the attempt's exit record
     reason: str  # a layout.REPLICA_EXIT_REASONS value, for this replica's own record
+    detail: str | None = None  # for the replica's record: what broke the gang, when we know
 
 
 # Texts of the errors gloo / NCCL / the c10d store raise when the other end of the gang is gone.
@@ -72,7 +81,7 @@ def looks_like_peer_loss(exc: BaseException) -> bool:
     return any(marker in text for marker in _PEER_LOSS_TEXTS)
 
 
-def run(argv: list[str], flag: PreemptionFlag) -> Outcome:
+def run(argv: list[str], flag: PreemptionFlag, status: NodeStatus | None = None) -> Outcome:
     """Train; say how it ended and whether this process wrote the attempt's exit record."""
     from trainer import logs
 
@@ -95,9 +104,19 @@ def run(argv: list[str], flag: PreemptionFlag) -> Outcome:
 
     progress = Progress()
     extra: dict = {}
+    heartbeat = None
     try:
+        if cfg.deterministic:
+            from trainer.numerics import enable_determinism
+
+            enable_determinism()  # before CUDA and cuBLAS are first used
         device = init_distributed()
-        code = train(cfg, identity, device, flag, progress, log)
+
+        def on_peer_loss(loss) -> None:
+            exit_for_peer_loss(loss, cfg, identity, progress, status or NodeStatus(None), flag, log)
+
+        heartbeat = start_heartbeat(cfg.peer_timeout, on_peer_loss)
+        code = train(cfg, identity, device, flag, progress, log, heartbeat)
         reason = layout.REASON_OF_EXIT_CODE[code]
         if reason == layout.REASON_PREEMPTED and not flag.requested:
             reason = layout.REASON_STOPPED_BY_PEER  # the gang stopped for another replica's signal
@@ -110,10 +129,18 @@ def run(argv: list[str], flag: PreemptionFlag) -> Outcome:
         extra = {"checkpoint_root": exc.root, "steps_lost": exc.steps_lost}
         log.error("no usable checkpoint", error=str(exc), checkpoint_root=exc.root, steps_lost=exc.steps_lost)
     except Exception as exc:  # every other failure is a runtime error (exit 70)
+        from trainer.numerics import is_nondeterministic_op_error
+
         code, reason = layout.EXIT_RUNTIME, layout.REASON_RUNTIME_ERROR
+        if cfg.deterministic and is_nondeterministic_op_error(exc):
+            # Retrying cannot help: the model uses an op with no deterministic implementation.
+            code, reason = layout.EXIT_CONFIG, layout.REASON_CONFIG_ERROR
+            print(f"relaunch-train: --deterministic: {exc}", file=sys.stderr)
         log.exception("training failed", error=f"{type(exc).__name__}: {exc}", step=progress.step)
         if looks_like_peer_loss(exc):
             reason = layout.REASON_STOPPED_BY_PEER
+    if heartbeat is not None:
+        heartbeat.leave(orderly=False)  # the others stop now rather than at their timeout
     written = False
     if rank == 0:
         attempt_reason = layout.REASON_OF_EXIT_CODE[code]
@@ -125,6 +152,47 @@ def run(argv: list[str], flag: PreemptionFlag) -> Outcome:
     return Outcome(code, written, reason)
 
 
+def start_heartbeat(peer_timeout: float, on_loss):
+    """Watch the other ranks through the gang's rendezvous store (None when alone)."""
+    import torch.distributed as dist
+
+    from trainer import liveness
+
+    if dist.get_world_size() == 1:
+        return None
+    store = liveness.connect_store(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), peer_timeout)
+    channel = liveness.StoreChannel(store, dist.get_rank(), dist.get_world_size())
+    return liveness.Heartbeat(channel, peer_timeout, on_loss).start()
+
+
+def exit_for_peer_loss(loss, cfg, identity, progress, status: NodeStatus, flag, log) -> None:
+    """The heartbeat found the gang broken while this rank may be blocked in a collective that
+    will never return: leave the records a peer loss leaves (the same as gloo's fast failure:
+    exit 70, replica reason stopped_by_peer) and end the process from this thread."""
+    if not _ENDING.acquire(blocking=False):
+        return  # the main thread is already ending on its own
+    from trainer.loop import record
+
+    rank = int(os.environ.get("RANK", "0"))
+    detail = f"peer lost: {loss.detail}"
+    log.error("peer lost", detail=loss.detail, silent_rank=loss.silent_rank, step=progress.step)
+    written = False
+    if rank == 0:
+        try:
+            reason = layout.REASON_RUNTIME_ERROR
+            record(cfg, identity, reason, layout.EXIT_RUNTIME, progress.step, progress.last_committed_step)
+            written = bool(cfg.checkpoint_uri)
+        except Exception as exc:  # the exit code still tells the story
+            log.error("could not write exit record", error=str(exc))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    status.mark_exited(
+        local_rank, layout.EXIT_RUNTIME, written, layout.REASON_STOPPED_BY_PEER, flag.requested, detail
+    )
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(layout.EXIT_RUNTIME)
+
+
 def init_distributed():
     import torch
     import torch.distributed as dist
@@ -133,6 +201,9 @@ def init_distributed():
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
         torch.cuda.set_device(device)
         backend = "nccl"
+        # A failed or timed-out NCCL collective raises in Python and tears the communicator down,
+        # instead of leaving the process to the watchdog.
+        os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")
     else:
         device = torch.device("cpu")
         backend = "gloo"

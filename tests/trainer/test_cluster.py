@@ -32,12 +32,37 @@ def test_cluster_spec_numbers_nodes_pool_by_pool(task, expected_rank):
 def test_cluster_spec_wins_over_torchrun_variables_and_skips_empty_pools():
     spec = json.dumps(
         {
-            "cluster": {"workerpool0": ["10.0.0.2:3333"], "workerpool1": [], "workerpool2": ["ps:1"]},
-            "task": {"type": "workerpool2", "index": 0},
+            "cluster": {"workerpool0": ["10.0.0.2:3333"], "workerpool1": []},
+            "task": {"type": "workerpool0", "index": 0},
         }
     )
     topo = from_environment({"CLUSTER_SPEC": spec, "MASTER_ADDR": "elsewhere", "NODE_RANK": "0"})
-    assert (topo.node_rank, topo.num_nodes, topo.master_addr) == (1, 2, "10.0.0.2")
+    assert (topo.node_rank, topo.num_nodes, topo.master_addr) == (0, 1, "10.0.0.2")
+
+
+def _spec_with_reduction_server(task_type: str) -> str:
+    return json.dumps(
+        {
+            "cluster": {
+                "workerpool0": ["chief:2222"],
+                "workerpool1": ["w0:2222"],
+                "workerpool2": ["rs0:2222", "rs1:2222"],
+            },
+            "task": {"type": task_type, "index": 0},
+        }
+    )
+
+
+@pytest.mark.parametrize("task,expected_rank", [("workerpool0", 0), ("workerpool1", 1)])
+def test_only_the_training_pools_make_the_gang(task, expected_rank):
+    # A reduction server's two hosts in workerpool2 are not trainer nodes: the gang is 2, not 4.
+    topo = from_environment({"CLUSTER_SPEC": _spec_with_reduction_server(task)})
+    assert (topo.node_rank, topo.num_nodes) == (expected_rank, 2)
+
+
+def test_a_trainer_started_in_a_non_training_pool_is_a_config_error():
+    with pytest.raises(ConfigError, match="workerpool2 is not a training pool"):
+        from_environment({"CLUSTER_SPEC": _spec_with_reduction_server("workerpool2")})
 
 
 def test_torchrun_style_variables():

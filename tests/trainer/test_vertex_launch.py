@@ -98,3 +98,41 @@ def test_two_pool_job_is_preempted_then_resumes_from_its_emergency_checkpoint(ve
     assert '"message": "resumed"' in chief_output and '"from_step": 4' in chief_output
     done = storage.read_exit_record(root, 2)
     assert (done.reason, done.step, done.checkpoint_saved) == ("completed", 8, True)
+
+
+def test_a_job_with_a_reduction_server_pool_trains_to_the_end(vertex, tmp_path):
+    """Pool 2 runs a reduction server (here a stand-in process that serves until it is stopped):
+    its hosts are in CLUSTER_SPEC but never run the trainer, so the gang is pools 0 and 1 only.
+    Counting them as trainer nodes made such a job wait for ranks that never came (exit 69)."""
+    client = job_service_client(vertex.host_port)
+    root = f"file://{tmp_path}/ckpt"
+    trainer = [
+        "python",
+        "-m",
+        "trainer",
+        "--steps",
+        "4",
+        "--nproc-per-node",
+        "1",
+        "--rendezvous-timeout",
+        "60",
+        *TINY,
+    ]
+    reduction_server = ["python", "-c", "import time\nwhile True: time.sleep(1)"]
+    env = {
+        "RELAUNCH_JOB_ID": "with-reduction-server",
+        "RELAUNCH_CHECKPOINT_URI": root,
+        "OMP_NUM_THREADS": "1",
+    }
+    job = command_job(
+        "with-reduction-server",
+        [(1, trainer), (1, trainer), (2, reduction_server)],
+        env=env,
+        timeout_seconds=300,
+    )
+    created = client.create_custom_job(parent=PARENT, custom_job=job)
+    ended = vertex.wait_for_state(created.name, DONE, timeout=300)
+    assert ended.state == JobState.JOB_STATE_SUCCEEDED, vertex.replica_log(created.name).read_text()[-3000:]
+    done = storage.read_exit_record(root, 1)
+    assert (done.reason, done.step, done.checkpoint_saved) == ("completed", 4, True)
+    assert storage.latest_committed(root).world_size == 2  # two trainer nodes, one process each

@@ -22,6 +22,7 @@ import torch
 class Engine(Protocol):
     name: str
     module: torch.nn.Module
+    precision: str  # bf16, fp16 or fp32: what it trains at (recorded in every commit marker)
 
     def train_step(self, micro_batches: list[tuple]) -> torch.Tensor: ...
     def snapshot(self, staging_dir: str, step: int) -> dict[str, Any]: ...
@@ -32,11 +33,12 @@ class Engine(Protocol):
     def optimizer_steps(self) -> int: ...
 
 
-def build_engine(cfg, model: torch.nn.Module, device: torch.device) -> Engine:
+def build_engine(cfg, model: torch.nn.Module, device: torch.device, precision: str) -> Engine:
+    """`precision`: bf16, fp16 or fp32, as trainer.numerics resolved it for this device."""
     if cfg.engine == "ddp":
         from trainer.engines.ddp import DdpEngine
 
-        return DdpEngine(cfg, model, device)
+        return DdpEngine(cfg, model, device, precision)
     from trainer.engines.deepspeed import DeepSpeedEngine
 
-    return DeepSpeedEngine(cfg, model, device)
+    return DeepSpeedEngine(cfg, model, device, precision)

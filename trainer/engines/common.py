@@ -8,8 +8,11 @@ import hashlib
 import torch
 
 
-def make_optimizer(cfg, model: torch.nn.Module) -> torch.optim.Optimizer:
-    return torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.01)
+def make_optimizer(cfg, model: torch.nn.Module, device: torch.device) -> torch.optim.Optimizer:
+    """AdamW; on a GPU its fused kernel (one launch for all parameters, no host sync). On CPU the
+    default implementation, whose arithmetic every CPU checkpoint so far was written with."""
+    fused = {"fused": True} if device.type == "cuda" else {}
+    return torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.01, **fused)
 
 
 def make_scheduler(cfg, optimizer: torch.optim.Optimizer):

@@ -1,4 +1,5 @@
-"""PyTorch DistributedDataParallel with gradient accumulation and bf16 autocast on GPU."""
+"""PyTorch DistributedDataParallel with gradient accumulation, autocast at the run's precision
+(bf16, or fp16 with a loss scaler) and fp32 otherwise."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from trainer.engines.common import cpu_copy, digest_parameters, make_optimizer, make_scheduler
+from trainer.numerics import autocast_dtype
 
 STATE_FILE = "model.pt"
 
@@ -17,18 +19,23 @@ STATE_FILE = "model.pt"
 class DdpEngine:
     name = "ddp"
 
-    def __init__(self, cfg, model: torch.nn.Module, device: torch.device):
+    def __init__(self, cfg, model: torch.nn.Module, device: torch.device, precision: str = "fp32"):
         self.device = device
+        self.precision = precision
         self.module = model.to(device)
         on_gpu = device.type == "cuda"
         self.ddp = DistributedDataParallel(self.module, device_ids=[device.index] if on_gpu else None)
-        self.optimizer = make_optimizer(cfg, self.module)
+        self.optimizer = make_optimizer(cfg, self.module, device)
         self.scheduler = make_scheduler(cfg, self.optimizer)
         self._settled = False
-        # bf16 needs no loss scaling, so there is no GradScaler to checkpoint.
+        dtype = autocast_dtype(precision)
         self.autocast = (
-            (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if on_gpu else contextlib.nullcontext
+            (lambda: torch.autocast(device.type, dtype=dtype))
+            if dtype is not None
+            else contextlib.nullcontext
         )
+        # fp16 gradients underflow without loss scaling; bf16 (fp32's exponent range) needs none.
+        self.scaler = torch.amp.GradScaler(device.type) if precision == "fp16" else None
 
     def _settle_buckets(self, batch: tuple) -> None:
         """One throw-away forward/backward before the first real step.
@@ -55,9 +62,13 @@ class DdpEngine:
             with sync:
                 with self.autocast():
                     loss = self.ddp(*batch) / len(micro_batches)
-                loss.backward()
+                (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
             total += loss.detach()
-        self.optimizer.step()
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)  # skips the step on inf/nan gradients
+            self.scaler.update()
+        else:
+            self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         return total
@@ -66,13 +77,14 @@ class DdpEngine:
         # Model and optimizer are replicated: rank 0 saves them once.
         if torch.distributed.get_rank() != 0:
             return {}
-        return {
-            STATE_FILE: {
-                "model": cpu_copy(self.module.state_dict()),
-                "optimizer": cpu_copy(self.optimizer.state_dict()),
-                "scheduler": self.scheduler.state_dict(),
-            }
+        state = {
+            "model": cpu_copy(self.module.state_dict()),
+            "optimizer": cpu_copy(self.optimizer.state_dict()),
+            "scheduler": self.scheduler.state_dict(),
         }
+        if self.scaler is not None:
+            state["scaler"] = self.scaler.state_dict()
+        return {STATE_FILE: state}
 
     def files_to_restore(self, paths: list[str], rank: int) -> list[str]:
         return [STATE_FILE]
@@ -83,6 +95,8 @@ class DdpEngine:
         self.module.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
+        if self.scaler is not None and "scaler" in state:
+            self.scaler.load_state_dict(state["scaler"])
 
     def parameter_digest(self) -> str:
         return digest_parameters(self.module.named_parameters())

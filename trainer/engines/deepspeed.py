@@ -23,7 +23,7 @@ def _tag(step: int) -> str:
     return f"step-{step:010d}"
 
 
-def deepspeed_config(cfg, on_gpu: bool) -> dict:
+def deepspeed_config(cfg, precision: str) -> dict:
     if cfg.deepspeed_config:
         try:
             with open(cfg.deepspeed_config) as fh:
@@ -40,8 +40,10 @@ def deepspeed_config(cfg, on_gpu: bool) -> dict:
         "train_micro_batch_size_per_gpu": cfg.batch_size,
         "gradient_accumulation_steps": cfg.grad_accum,
         "zero_optimization": {"stage": cfg.zero_stage},
-        "bf16": {"enabled": on_gpu},
-        # The optimizer is torch's AdamW: DeepSpeed's fused/CPU Adam would need compiled ops.
+        "bf16": {"enabled": precision == "bf16"},
+        "fp16": {"enabled": precision == "fp16"},
+        # The optimizer is torch's AdamW (fused on GPU): DeepSpeed's own Adam kernels are ops
+        # compiled on first use, which a paid job's first step must never wait for.
         "zero_allow_untested_optimizer": True,
         "steps_per_print": 1 << 30,
         "wall_clock_breakdown": False,
@@ -51,15 +53,18 @@ def deepspeed_config(cfg, on_gpu: bool) -> dict:
 class DeepSpeedEngine:
     name = "deepspeed"
 
-    def __init__(self, cfg, model: torch.nn.Module, device: torch.device):
+    def __init__(self, cfg, model: torch.nn.Module, device: torch.device, precision: str = "fp32"):
         import deepspeed
 
         self._deepspeed = deepspeed
         self.device = device
         self.stage = cfg.zero_stage
-        config = deepspeed_config(cfg, device.type == "cuda")
+        config = deepspeed_config(cfg, precision)
         self.stage = int(config.get("zero_optimization", {}).get("stage", 0))
-        optimizer = make_optimizer(cfg, model)
+        # A config file decides the precision itself; the commit marker records what it chose.
+        enabled = {key for key in ("bf16", "fp16") if config.get(key, {}).get("enabled")}
+        self.precision = "bf16" if "bf16" in enabled else "fp16" if "fp16" in enabled else "fp32"
+        optimizer = make_optimizer(cfg, model, device)
         scheduler = make_scheduler(cfg, optimizer)
         self.conversion_timeout = cfg.universal_conversion_timeout
         self.engine, _, _, _ = deepspeed.initialize(
