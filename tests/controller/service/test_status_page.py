@@ -148,9 +148,12 @@ def test_status_page_in_chromium_shows_the_preemption_and_the_resumed_attempt(
             assert cells[2:6] == ["succeeded", "2", "1", "0"], cells  # phase, attempt, preemptions, failures
             assert cells[6] == "60" and cells[7].endswith("%")
             browser.open(f"{base}/jobs/{job_id}")
-            attempts = browser.evaluate("document.getElementById('attempts').innerText").splitlines()
-            assert "preempted (" in attempts[1] and attempts[2].split("\t")[6] == str(resumed_from)
-            assert "succeeded (" in attempts[2]
+            lines = browser.evaluate("document.getElementById('attempts').innerText").splitlines()
+            # One row per attempt ("N<tab>..."), each followed by the command that opens its logs.
+            attempts = [line for line in lines if line.split("\t")[0].isdigit()]
+            assert "preempted (" in attempts[0] and attempts[1].split("\t")[6] == str(resumed_from)
+            assert "succeeded (" in attempts[1]
+            assert f"relaunch logs {job_id} --attempt 2" in lines
             assert browser.evaluate("document.querySelectorAll('svg rect').length") >= 3
             timeline = browser.evaluate("document.getElementById('timeline').innerText")
             assert f"attempt 2 requested from checkpoint step {resumed_from}" in timeline
