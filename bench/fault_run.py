@@ -33,6 +33,13 @@ def main() -> int:
     parser.add_argument("--jobs-per-minute", type=float, default=12.0)
     parser.add_argument("--mean-fault-gap", type=float, default=2.0, help="mean seconds between faults")
     parser.add_argument("--steps", type=int, default=80, help="steps of 0.1 s per job (checkpoint every 10)")
+    parser.add_argument(
+        "--spawn",
+        action="store_true",
+        help="start each controller as a fresh `relaunch controller` process (default: fork it from a "
+        "parent that has imported it, so a kill costs no re-import; see tests/support/forked.py)",
+    )
+    parser.add_argument("--weights", default=None, help='fault weights, e.g. "kill=4,pause=2,preempt=2"')
     parser.add_argument("--workdir", default=None, help="keep logs and checkpoints here")
     args = parser.parse_args()
 
@@ -42,6 +49,10 @@ def main() -> int:
     from devstack.stack import DevStack
     from tests.support.faults import FaultConfig, FaultRun
 
+    weights = {}
+    if args.weights:
+        pairs = [item.split("=") for item in args.weights.split(",")]
+        weights["weights"] = tuple((kind.strip(), float(value)) for kind, value in pairs)
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="relaunch-faults-"))
     stack = DevStack(str(workdir / "devstack"), provisioning_seconds=0.2, kill_grace_seconds=2.0).start()
     os.environ.update(stack.env())
@@ -61,6 +72,8 @@ def main() -> int:
                 mean_fault_gap_seconds=args.mean_fault_gap,
                 steps=args.steps,
                 every=10,
+                forked=not args.spawn,
+                **weights,
             )
             report = FaultRun(stack, workdir / f"seed-{seed}", config, bucket=bucket).run()
             print(json.dumps(report.summary()), flush=True)

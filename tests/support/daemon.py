@@ -13,6 +13,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from tests.support.forked import ForkedProcess
+
 RELAUNCH = str(Path(sys.executable).with_name("relaunch"))
 
 
@@ -23,7 +25,8 @@ def free_port() -> int:
 
 
 class ControllerProcess:
-    def __init__(self, env: dict[str, str], log_path: Path, **settings: str):
+    def __init__(self, env: dict[str, str], log_path: Path, *, forked: bool = False, **settings: str):
+        """`forked`: start it from a parent that has already imported it (tests/support/forked.py)."""
         self.port = free_port()
         self.log_path = log_path
         full_env = {
@@ -35,9 +38,13 @@ class ControllerProcess:
             **settings,
         }
         self._log = open(log_path, "ab")
-        self.proc = subprocess.Popen(
-            [RELAUNCH, "controller"], env=full_env, stdout=self._log, stderr=subprocess.STDOUT
-        )
+        self.proc: subprocess.Popen | ForkedProcess
+        if forked:
+            self.proc = ForkedProcess(["controller"], full_env, log_path)
+        else:
+            self.proc = subprocess.Popen(
+                [RELAUNCH, "controller"], env=full_env, stdout=self._log, stderr=subprocess.STDOUT
+            )
 
     def get(self, path: str):
         try:

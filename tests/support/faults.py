@@ -60,6 +60,8 @@ class FaultConfig:
     step_seconds: float = 0.1
     every: int = 5
     drain_timeout_seconds: float = 240.0
+    # start controllers from a pre-imported forkserver (tests/support/forked.py): kills are cheap
+    forked: bool = False
     # relative weights of the fault kinds
     weights: tuple[tuple[str, float], ...] = (
         ("kill", 4.0),
@@ -204,6 +206,7 @@ class FaultRun:
         process = ControllerProcess(
             self.devstack.env(),
             self.workdir / f"ctl-{slot}-{self._started}.log",
+            forked=self.config.forked,
             **self.settings,
             RELAUNCH_CONTROLLER_ID=f"ctl-{slot}-{self._started}",
         )
