@@ -51,6 +51,11 @@ STRATEGIES = ("SPOT", "FLEX_START", "STANDARD")
 # Workload Scheduler queues a request until the whole gang can be provisioned; half an hour is a
 # guess the first attempt corrects. STANDARD: on-demand capacity, assumed there.
 PRIOR_WAIT_SECONDS = {"SPOT": 180.0, "FLEX_START": 1800.0, "STANDARD": 0.0}
+# Lowest cost: after a refusal, the attempt moves at once to the cheapest other placement if that
+# costs at most this much more per unit; else it waits for the refused one (a retry after the
+# capacity backoff). Waiting costs no money, only time, so without a bound a cost-only job would
+# never move; a tenth more per unit is what keeping training going is taken to be worth.
+REFUSAL_MOVE_PREMIUM = 0.10
 # FLEX_START capacity is held for at most 7 days, then the job ends and a new attempt is needed.
 FLEX_START_MAX_RUN_SECONDS = 7 * 24 * HOUR
 
@@ -178,12 +183,14 @@ class Choice:
     objective: Objective
     reason: str
     figures: tuple[Figures, ...]
+    wait: bool = False  # the chosen placement refused this attempt: retry it after the backoff
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "chosen": self.chosen,
             "objective": self.objective.value,
             "reason": self.reason,
+            "wait": self.wait,
             "figures": [f.to_dict() for f in self.figures],
         }
 
@@ -273,8 +280,9 @@ def choose(
     """The placement for the next attempt, with the figures of every one compared.
 
     `refused`: placements that just refused this attempt (a stockout, a quota error): the attempt
-    goes to the best of the others at once rather than waiting there. When every placement
-    refused, all are eligible again (the attempt waits where it is best to)."""
+    goes to the best of the others at once rather than waiting there (for the lowest cost, only
+    when that costs at most REFUSAL_MOVE_PREMIUM more: else `wait`). When every placement refused,
+    all are eligible again (the attempt waits where it is best to)."""
     if not placements:
         raise ValueError("no placement to choose from")
     if objective is Objective.COST_UNDER_DEADLINE and seconds_to_deadline is None:
@@ -287,9 +295,20 @@ def choose(
     eligible = [f for f in figures if f.name not in refused] or list(figures)
     # Ties go to the earlier placement in the request's order (min() keeps the first).
     by_cost = min(eligible, key=lambda f: (f.cost_per_unit, f.time_per_unit))
+    cheapest = min(figures, key=lambda f: (f.cost_per_unit, f.time_per_unit))
+    wait = (
+        objective is Objective.LOWEST_COST
+        and cheapest.name in refused
+        and by_cost.cost_per_unit > cheapest.cost_per_unit * (1.0 + REFUSAL_MOVE_PREMIUM)
+    )
+    if wait:
+        # Capacity elsewhere costs too much more: try the cheapest again after the backoff.
+        by_cost = cheapest
     by_time = min(eligible, key=lambda f: (f.time_per_unit, f.cost_per_unit))
     if objective is Objective.LOWEST_COST:
         chosen, why = by_cost, f"lowest cost per unit ({_money(by_cost.cost_per_unit)})"
+        if wait:
+            why += f"; refused, but the others cost over {REFUSAL_MOVE_PREMIUM:.0%} more: waiting for it"
     elif objective is Objective.EARLIEST_FINISH:
         chosen, why = by_time, f"earliest expected finish ({_hours(by_time.finish_seconds)})"
     else:
@@ -315,7 +334,7 @@ def choose(
         if f is not chosen
     )
     reason = f"{chosen.name}: {why}" + (f"; compared with {others}" if others else "")
-    return Choice(chosen=chosen.name, objective=objective, reason=reason, figures=figures)
+    return Choice(chosen=chosen.name, objective=objective, reason=reason, figures=figures, wait=wait)
 
 
 def _speed_prior(placements: tuple[Placement, ...], evidence: dict[str, Evidence]) -> float:

@@ -146,7 +146,8 @@ def test_placements_are_checked():
 
 
 def test_a_refusal_sends_the_attempt_to_the_next_best_at_once():
-    cheap, other, steady = spot("us-central1"), spot("us-east4", price=40.0), standard()
+    # us-east4 costs 5 % more per node hour: within what a refusal moves for.
+    cheap, other, steady = spot("us-central1"), spot("us-east4", price=31.5), standard()
     evidence = {p.name: reclaimed_every(20.0, 5, p) for p in (cheap, other)}
     evidence[steady.name] = Evidence(wait_seconds=0.0)
     placements = (cheap, other, steady)
@@ -161,3 +162,14 @@ def test_a_refusal_sends_the_attempt_to_the_next_best_at_once():
         choose(placements, evidence, COSTS, HERE, Objective.LOWEST_COST, refused=refused_all).chosen
         == cheap.name
     )
+
+
+def test_for_the_lowest_cost_a_refusal_waits_rather_than_pay_much_more_elsewhere():
+    cheap, steady = spot(), standard()
+    evidence = {cheap.name: reclaimed_every(20.0, 5, cheap), steady.name: Evidence(wait_seconds=0.0)}
+    refused = frozenset({cheap.name})
+    waiting = choose((cheap, steady), evidence, COSTS, HERE, Objective.LOWEST_COST, refused=refused)
+    assert (waiting.chosen, waiting.wait) == (cheap.name, True)
+    assert "waiting for it" in waiting.reason
+    hurry = choose((cheap, steady), evidence, COSTS, HERE, Objective.EARLIEST_FINISH, refused=refused)
+    assert (hurry.chosen, hurry.wait) == (steady.name, False)
