@@ -83,6 +83,7 @@ class Placement:
     pools: tuple[Pool, ...]
     strategy: str  # SPOT, FLEX_START or STANDARD
     price_per_node_hour: float  # dollars per replica-hour, the same for every pool's replicas
+    max_wait_seconds: float | None = None  # FLEX_START: how long the request may queue
 
     def __post_init__(self) -> None:
         if self.strategy not in STRATEGIES:
