@@ -134,6 +134,32 @@ def _check_positive(**values: float) -> None:
             raise ValueError(f"{name} must be positive and finite (got {value})")
 
 
+# Forgetting
+# ----------
+# Capacity changes: a region that reclaimed once a day reclaims every hour when demand comes, and
+# calms down again. An estimate built from every ending since the first attempt follows such a
+# change ever more slowly (bench/rate_change_sim.py: one reclaim per 30 h, then one per hour
+# after 100 h; never forgetting, the adaptive interval kept 94.4 % of the goodput of a policy that
+# knows each phase's rate). So each observation is discounted by the exposure that came after
+# it: it weighs half after DEFAULT_HALF_LIFE_SECONDS of later training in the same class (the
+# attempt's own exposure fades along it too), and the kept lifetimes are weighted alike in the
+# replay. Exposure, not wall time, is the clock: a class
+# nobody uses keeps what it knew (there is nothing newer to prefer), and the evidence kept is
+# always about the last ~1.44 half-lives of training.
+# Why 12 h: long enough that in a calm class (a reclaim per 30 h) the estimate rests on its
+# prior's floor and the last ending or two rather than on each one alone; short enough that after
+# a rate change the old phase weighs less than half within 12 h of training. On rate_change_sim
+# (8 replications, C = 300 s, no emergency save, seed 9100) 24 h, 12 h and 8 h kept 96.6 %,
+# 97.7 % and 97.9 % of the oracle's goodput (se 0.7-0.9), never forgetting 94.4 %; 12 h is the
+# shorter window's gain with less noise in calm classes (figures with more replications in
+# bench/README.md).
+# The prior fades too (keeping its mean) down to PRIOR_FLOOR_ALPHA of weight, a quarter of the
+# Spot prior's: undiminished, its 12 h of pretend exposure would hold a busy class's estimate
+# well below the truth once the window is short.
+DEFAULT_HALF_LIFE_SECONDS = 12 * HOUR
+PRIOR_FLOOR_ALPHA = 0.125
+
+
 # --- capacity classes and the estimate ----------------------------------------------------------
 
 
@@ -189,9 +215,9 @@ class RateEstimate:
     exposure_seconds: float = 0.0
     saved_reclaims: int = 0
     lifetimes: tuple[tuple[float, EndingKind], ...] = ()
-    # How fast old evidence fades (see "Forgetting" below): the seconds of later exposure after
+    # How fast old evidence fades (see "Forgetting" above): the seconds of later exposure after
     # which an observation weighs half. math.inf: never (the estimate before it forgot).
-    half_life_seconds: float = math.inf
+    half_life_seconds: float = DEFAULT_HALF_LIFE_SECONDS
     # The evidence as it weighs now (discounted): what alpha and beta hold on top of the prior.
     # None: undiscounted, the raw counts (books written before forgetting, and fresh priors).
     weighted_endings: float | None = None
@@ -386,32 +412,8 @@ class RateEstimate:
 # few hours with most emergency saves committing gives about this; whether they commit within
 # Vertex's grace is unknown, and the data settle it after the first few endings). Standard and Flex-start capacity is not reclaimed; what remains
 # is crashes, node loss and host events: M0 = 7 days.
-# Forgetting
-# ----------
-# Capacity changes: a region that reclaimed once a day reclaims every hour when demand comes, and
-# calms down again. An estimate built from every ending since the first attempt follows such a
-# change ever more slowly (bench/rate_change_sim.py: one reclaim per 30 h, then one per hour
-# after 100 h; never forgetting, the adaptive interval kept 94.4 % of the goodput of a policy that
-# knows each phase's rate). So each observation is discounted by the exposure that came after
-# it: it weighs half after DEFAULT_HALF_LIFE_SECONDS of later training in the same class (the
-# attempt's own exposure fades along it too), and the kept lifetimes are weighted alike in the
-# replay. Exposure, not wall time, is the clock: a class
-# nobody uses keeps what it knew (there is nothing newer to prefer), and the evidence kept is
-# always about the last ~1.44 half-lives of training.
-# Why 12 h: long enough that in a calm class (a reclaim per 30 h) the estimate rests on its
-# prior's floor and the last ending or two rather than on each one alone; short enough that after
-# a rate change the old phase weighs less than half within 12 h of training. On rate_change_sim
-# (8 replications, C = 300 s, no emergency save, seed 9100) 24 h, 12 h and 8 h kept 96.6 %,
-# 97.7 % and 97.9 % of the oracle's goodput (se 0.7-0.9), never forgetting 94.4 %; 12 h is the
-# shorter window's gain with less noise in calm classes (figures with more replications in
-# bench/README.md).
-# The prior fades too (keeping its mean) down to PRIOR_FLOOR_ALPHA of weight, a quarter of the
-# Spot prior's: undiminished, its 12 h of pretend exposure would hold a busy class's estimate
-# well below the truth once the window is short.
-DEFAULT_HALF_LIFE_SECONDS = 12 * HOUR
-PRIOR_FLOOR_ALPHA = 0.125
-SPOT_PRIOR = RateEstimate(alpha=0.5, beta=0.5 * DAY, half_life_seconds=DEFAULT_HALF_LIFE_SECONDS)
-NON_PREEMPTIBLE_PRIOR = RateEstimate(alpha=0.5, beta=3.5 * DAY, half_life_seconds=DEFAULT_HALF_LIFE_SECONDS)
+SPOT_PRIOR = RateEstimate(alpha=0.5, beta=0.5 * DAY)
+NON_PREEMPTIBLE_PRIOR = RateEstimate(alpha=0.5, beta=3.5 * DAY)
 
 
 def prior_for(capacity: CapacityClass) -> RateEstimate:

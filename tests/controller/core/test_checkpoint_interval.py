@@ -100,7 +100,7 @@ def test_only_endings_without_a_committed_save_lose_work():
 
 
 def test_conjugate_update_adds_endings_to_shape_and_exposure_to_rate():
-    prior = RateEstimate(alpha=1.0, beta=4 * HOUR)
+    prior = RateEstimate(alpha=1.0, beta=4 * HOUR, half_life_seconds=math.inf)  # without forgetting
     post = prior.update(3, 10 * HOUR, saved_reclaims=5)
     assert (post.alpha, post.beta) == (4.0, 14 * HOUR)
     assert (post.endings, post.exposure_seconds, post.saved_reclaims) == (3, 10 * HOUR, 5)
