@@ -61,6 +61,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from controller.core.checkpoint_interval import (
+    DEFAULT_HALF_LIFE_SECONDS,
     HOUR,
     SPOT_PRIOR,
     EndingKind,
@@ -477,6 +478,12 @@ def main() -> int:
     parser.add_argument(
         "--prior-mtbf-hours", type=float, default=SPOT_PRIOR.mtbf / HOUR, help="adaptive prior mean MTBF"
     )
+    parser.add_argument(
+        "--half-life-hours",
+        type=float,
+        default=DEFAULT_HALF_LIFE_SECONDS / HOUR,
+        help="how fast the adaptive estimate forgets (0: never)",
+    )
     parser.add_argument("--jobs", type=int, default=1, help="worker processes (grid points run in parallel)")
     parser.add_argument(
         "--only",
@@ -485,7 +492,11 @@ def main() -> int:
         help="run only the settings whose row starts with this (repeat for several)",
     )
     args = parser.parse_args()
-    prior = RateEstimate(alpha=args.prior_alpha, beta=args.prior_alpha * args.prior_mtbf_hours * HOUR)
+    prior = RateEstimate(
+        alpha=args.prior_alpha,
+        beta=args.prior_alpha * args.prior_mtbf_hours * HOUR,
+        half_life_seconds=args.half_life_hours * HOUR if args.half_life_hours > 0 else math.inf,
+    )
     replications = args.replications or (24 if args.quick else 40)
     # Each setting keeps its seed (its place in the whole grid) when --only picks a few.
     settings = [
@@ -497,7 +508,8 @@ def main() -> int:
         f"{len(settings)} settings, {replications} replications each, {args.work_hours:.0f} h of work, "
         f"R={args.restart:.0f}s, W={args.write_factor:g}xC, stockout p={args.stockout_prob} "
         f"mean={args.stockout_mean:.0f}s, default interval {_fmt_tau(DEFAULT_INTERVAL)}, seed {args.seed}, "
-        f"prior Gamma({prior.alpha:g}, {prior.beta / HOUR:g} h) (mean MTBF {prior.mtbf / HOUR:g} h)"
+        f"prior Gamma({prior.alpha:g}, {prior.beta / HOUR:g} h) (mean MTBF {prior.mtbf / HOUR:g} h), "
+        f"half-life {prior.half_life_seconds / HOUR:g} h"
     )
     header = (
         f"{'process':<11}{'M':>5}{'C':>5}{'save':>5} | {'default':>7} {'best':>6}{'@tau':>6} "
