@@ -61,6 +61,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from controller.core.checkpoint_interval import (
+    DEFAULT_HALF_LIFE_SECONDS,
     HOUR,
     SPOT_PRIOR,
     EndingKind,
@@ -86,13 +87,23 @@ class Setting:
     stockout_prob: float  # chance that a new attempt first waits for capacity
     stockout_mean: float  # mean of that wait (exponential), seconds
     work_seconds: float = 200 * HOUR
+    # process "phased": Poisson reclaims with mean `mtbf` until `change_at` seconds of wall time,
+    # with mean `mtbf_after` from then on (the rate a controller's estimate has to follow).
+    change_at: float = math.inf
+    mtbf_after: float = 0.0
 
     @property
     def work_losing_rate(self) -> float:
         """Long-run work-losing endings per on-machine second (renewal-reward: (1 - s) / M)."""
         if self.process == "none":
             return 0.0
+        if self.process == "phased":  # between the phases (the centre of the fixed grid)
+            return (1.0 - self.save_success) / math.sqrt(self.mtbf * self.mtbf_after)
         return (1.0 - self.save_success) / self.mtbf
+
+    def mtbf_at(self, wall: float) -> float:
+        """The mean time to a reclaim for an attempt starting at `wall` (a phase's, for the oracle)."""
+        return self.mtbf_after if self.process == "phased" and wall >= self.change_at else self.mtbf
 
 
 @dataclass(frozen=True)
@@ -112,6 +123,9 @@ def make_environment(setting: Setting, replications: int, seed: int, attempts: i
         lifetimes = np.full(shape, 1e18)  # never reclaimed (finite, to keep the arithmetic clean)
     elif setting.process == "poisson":
         lifetimes = rng.exponential(m, shape)
+    elif setting.process == "phased":
+        # Unit exponentials: `simulate` turns each into a lifetime from the attempt's start time.
+        lifetimes = rng.exponential(1.0, shape)
     elif setting.process.startswith("weibull"):
         k = float(setting.process.removeprefix("weibull"))
         lifetimes = rng.weibull(k, shape) * (m / math.gamma(1.0 + 1.0 / k))
@@ -137,7 +151,20 @@ def make_environment(setting: Setting, replications: int, seed: int, attempts: i
     return Environment(lifetimes=lifetimes, saved=saved, waits=waits)
 
 
-Policy = Callable[[RateEstimate], float]
+# (the lane's estimate, the wall-clock seconds since the job began) -> the next attempt's interval
+Policy = Callable[[RateEstimate, float], float]
+
+
+def phased_lifetimes(setting: Setting, unit: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """Lifetimes of attempts starting at `start` under a reclaim rate that changes at `change_at`:
+    the unit exponential is the integrated hazard at which the reclaim comes."""
+    before = np.maximum(setting.change_at - start, 0.0)  # seconds of the first phase still ahead
+    hazard_before = before / setting.mtbf
+    return np.where(
+        unit <= hazard_before,
+        unit * setting.mtbf,
+        before + (unit - hazard_before) * setting.mtbf_after,
+    )
 
 
 class OutOfAttempts(Exception):
@@ -160,12 +187,14 @@ def simulate(
     fixed_tau: np.ndarray,
     policies: dict[int, Policy] | None = None,
     prior: RateEstimate = SPOT_PRIOR,
+    lane_priors: dict[int, RateEstimate] | None = None,
 ) -> Outcome:
     """Run every lane (one replication under one policy) to the end of the job.
 
     Lanes are advanced one attempt at a time, all together. `fixed_tau[lane]` is the lane's
     interval; lanes listed in `policies` instead ask their policy for it before each attempt,
-    passing the estimate built from the endings that lane has seen.
+    passing the estimate built from the endings that lane has seen (from `prior`, or the lane's
+    own in `lane_priors`).
     """
     policies = policies or {}
     lanes = len(lane_rep)
@@ -177,7 +206,7 @@ def simulate(
     checkpoints = np.zeros(lanes, dtype=np.int64)
     done = np.zeros(lanes, dtype=bool)
     tau = fixed_tau.astype(float).copy()
-    estimates = {lane: prior for lane in policies}
+    estimates = {lane: (lane_priors or {}).get(lane, prior) for lane in policies}
     taus: dict[int, list[float]] = {lane: [] for lane in policies}
     max_attempts = env.lifetimes.shape[1]
     policy_lanes = np.array(sorted(policies), dtype=np.int64)
@@ -188,7 +217,7 @@ def simulate(
             raise OutOfAttempts(max_attempts)
         asking = policy_lanes[~done[policy_lanes]]
         if len(asking):
-            chosen = [policies[lane](estimates[lane]) for lane in asking.tolist()]
+            chosen = [policies[lane](estimates[lane], float(wall[lane])) for lane in asking.tolist()]
             tau[asking] = chosen
             for lane, value in zip(asking.tolist(), chosen):
                 taus[lane].append(value)
@@ -196,6 +225,8 @@ def simulate(
         life = env.lifetimes[reps, idx]
         saved = env.saved[reps, idx]
         wall[active] += env.waits[reps, idx]
+        if setting.process == "phased":
+            life = phased_lifetimes(setting, life, wall[active])
         t = tau[active]
         remaining = work - progress[active]
         # Time from the end of the restart to the end of the job, if nothing interrupts it: the
@@ -252,7 +283,7 @@ def adaptive_policy(setting: Setting) -> Policy:
     # lanes, and the first attempts of every lane start from the same prior.
     memo: dict[RateEstimate, float] = {}
 
-    def policy(estimate: RateEstimate) -> float:
+    def policy(estimate: RateEstimate, _wall: float = 0.0) -> float:
         chosen = memo.get(estimate)
         if chosen is None:
             chosen = memo[estimate] = choose_interval(
@@ -272,7 +303,7 @@ def constant_hazard_policy(setting: Setting) -> Policy:
     """The adaptive policy blind to the lifetimes' shape: rates only (the choice before lifetimes were kept)."""
     adaptive = adaptive_policy(setting)
 
-    def policy(estimate: RateEstimate) -> float:
+    def policy(estimate: RateEstimate, _wall: float = 0.0) -> float:
         return adaptive(replace(estimate, lifetimes=()))
 
     return policy
@@ -447,6 +478,12 @@ def main() -> int:
     parser.add_argument(
         "--prior-mtbf-hours", type=float, default=SPOT_PRIOR.mtbf / HOUR, help="adaptive prior mean MTBF"
     )
+    parser.add_argument(
+        "--half-life-hours",
+        type=float,
+        default=DEFAULT_HALF_LIFE_SECONDS / HOUR,
+        help="how fast the adaptive estimate forgets (0: never)",
+    )
     parser.add_argument("--jobs", type=int, default=1, help="worker processes (grid points run in parallel)")
     parser.add_argument(
         "--only",
@@ -455,7 +492,11 @@ def main() -> int:
         help="run only the settings whose row starts with this (repeat for several)",
     )
     args = parser.parse_args()
-    prior = RateEstimate(alpha=args.prior_alpha, beta=args.prior_alpha * args.prior_mtbf_hours * HOUR)
+    prior = RateEstimate(
+        alpha=args.prior_alpha,
+        beta=args.prior_alpha * args.prior_mtbf_hours * HOUR,
+        half_life_seconds=args.half_life_hours * HOUR if args.half_life_hours > 0 else math.inf,
+    )
     replications = args.replications or (24 if args.quick else 40)
     # Each setting keeps its seed (its place in the whole grid) when --only picks a few.
     settings = [
@@ -467,7 +508,8 @@ def main() -> int:
         f"{len(settings)} settings, {replications} replications each, {args.work_hours:.0f} h of work, "
         f"R={args.restart:.0f}s, W={args.write_factor:g}xC, stockout p={args.stockout_prob} "
         f"mean={args.stockout_mean:.0f}s, default interval {_fmt_tau(DEFAULT_INTERVAL)}, seed {args.seed}, "
-        f"prior Gamma({prior.alpha:g}, {prior.beta / HOUR:g} h) (mean MTBF {prior.mtbf / HOUR:g} h)"
+        f"prior Gamma({prior.alpha:g}, {prior.beta / HOUR:g} h) (mean MTBF {prior.mtbf / HOUR:g} h), "
+        f"half-life {prior.half_life_seconds / HOUR:g} h"
     )
     header = (
         f"{'process':<11}{'M':>5}{'C':>5}{'save':>5} | {'default':>7} {'best':>6}{'@tau':>6} "

@@ -58,6 +58,7 @@ from statistics import NormalDist
 from typing import Any
 
 HOUR = 3600.0
+_LN2 = math.log(2.0)
 DAY = 24 * HOUR
 
 
@@ -129,8 +130,34 @@ def daly_interval(checkpoint_cost: float, mtbf: float) -> float:
 
 def _check_positive(**values: float) -> None:
     for name, value in values.items():
-        if not (value > 0.0 and math.isfinite(value)):
+        if not (value > 0.0 and (math.isfinite(value) or name == "half_life_seconds")):
             raise ValueError(f"{name} must be positive and finite (got {value})")
+
+
+# Forgetting
+# ----------
+# Capacity changes: a region that reclaimed once a day reclaims every hour when demand comes, and
+# calms down again. An estimate built from every ending since the first attempt follows such a
+# change ever more slowly (bench/rate_change_sim.py: one reclaim per 30 h, then one per hour
+# after 100 h; never forgetting, the adaptive interval kept 94.4 % of the goodput of a policy that
+# knows each phase's rate). So each observation is discounted by the exposure that came after
+# it: it weighs half after DEFAULT_HALF_LIFE_SECONDS of later training in the same class (the
+# attempt's own exposure fades along it too), and the kept lifetimes are weighted alike in the
+# replay. Exposure, not wall time, is the clock: a class
+# nobody uses keeps what it knew (there is nothing newer to prefer), and the evidence kept is
+# always about the last ~1.44 half-lives of training.
+# Why 12 h: long enough that in a calm class (a reclaim per 30 h) the estimate rests on its
+# prior's floor and the last ending or two rather than on each one alone; short enough that after
+# a rate change the old phase weighs less than half within 12 h of training. On rate_change_sim
+# (8 replications, C = 300 s, no emergency save, seed 9100) 24 h, 12 h and 8 h kept 96.6 %,
+# 97.7 % and 97.9 % of the oracle's goodput (se 0.7-0.9), never forgetting 94.4 %; 12 h is the
+# shorter window's gain with less noise in calm classes (figures with more replications in
+# bench/README.md).
+# The prior fades too (keeping its mean) down to PRIOR_FLOOR_ALPHA of weight, a quarter of the
+# Spot prior's: undiminished, its 12 h of pretend exposure would hold a busy class's estimate
+# well below the truth once the window is short.
+DEFAULT_HALF_LIFE_SECONDS = 12 * HOUR
+PRIOR_FLOOR_ALPHA = 0.125
 
 
 # --- capacity classes and the estimate ----------------------------------------------------------
@@ -188,9 +215,17 @@ class RateEstimate:
     exposure_seconds: float = 0.0
     saved_reclaims: int = 0
     lifetimes: tuple[tuple[float, EndingKind], ...] = ()
+    # How fast old evidence fades (see "Forgetting" above): the seconds of later exposure after
+    # which an observation weighs half. math.inf: never (the estimate before it forgot).
+    half_life_seconds: float = DEFAULT_HALF_LIFE_SECONDS
+    # The evidence as it weighs now (discounted): what alpha and beta hold on top of the prior.
+    # None: undiscounted, the raw counts (books written before forgetting, and fresh priors).
+    weighted_endings: float | None = None
+    weighted_exposure: float | None = None
+    weighted_saved: float | None = None
 
     def __post_init__(self) -> None:
-        _check_positive(alpha=self.alpha, beta=self.beta)
+        _check_positive(alpha=self.alpha, beta=self.beta, half_life_seconds=self.half_life_seconds)
         if self.endings < 0 or self.exposure_seconds < 0.0 or self.saved_reclaims < 0:
             raise ValueError("observations cannot be negative")
         # A chained comparison (false for NaN and infinity): checked on every update, so kept cheap.
@@ -205,7 +240,33 @@ class RateEstimate:
     @property
     def saved_rate(self) -> float:
         """Posterior mean of mu (saved reclaims per second)."""
-        return self.saved_reclaims / self.beta
+        return self.recent_saved / self.beta
+
+    @property
+    def recent_endings(self) -> float:
+        """Work-losing endings as they weigh now (discounted by their age)."""
+        return float(self.endings) if self.weighted_endings is None else self.weighted_endings
+
+    @property
+    def recent_exposure(self) -> float:
+        """Seconds of exposure as they weigh now."""
+        return self.exposure_seconds if self.weighted_exposure is None else self.weighted_exposure
+
+    @property
+    def recent_saved(self) -> float:
+        """Saved reclaims as they weigh now."""
+        return float(self.saved_reclaims) if self.weighted_saved is None else self.weighted_saved
+
+    def lifetime_weights(self) -> list[float]:
+        """The weight of each kept lifetime now: halved per half-life of exposure that came after it."""
+        weights = [1.0] * len(self.lifetimes)
+        if math.isinf(self.half_life_seconds):
+            return weights
+        later = 0.0
+        for i in range(len(self.lifetimes) - 1, -1, -1):
+            weights[i] = 0.5 ** (later / self.half_life_seconds)
+            later += self.lifetimes[i][0]
+        return weights
 
     @property
     def mtbf(self) -> float:
@@ -225,7 +286,9 @@ class RateEstimate:
                 "need endings >= 0 and finite exposure >= 0 "
                 f"(got {work_losing_endings}, {saved_reclaims}, {exposure_seconds})"
             )
-        return self._updated(work_losing_endings, exposure_seconds, saved_reclaims, self.lifetimes)
+        return self._updated(
+            work_losing_endings, exposure_seconds, saved_reclaims, self.lifetimes, spread=True
+        )
 
     def _updated(
         self,
@@ -233,14 +296,43 @@ class RateEstimate:
         exposure_seconds: float,
         saved_reclaims: int,
         lifetimes: tuple[tuple[float, EndingKind], ...],
+        spread: bool = False,
     ) -> RateEstimate:
+        """`spread`: the endings came evenly over the exposure (a batch), not all at its end."""
+        # What was seen before weighs less by the exposure that came after it. So does the prior
+        # (what is left of alpha and beta once the evidence is taken off), keeping its mean, down
+        # to PRIOR_FLOOR_ALPHA of weight: it must not anchor a class whose rate moved far from it,
+        # nor vanish (a long calm spell would then read as "never reclaimed").
+        fade = 0.5 ** (exposure_seconds / self.half_life_seconds)
+        endings, exposure, saved = self.recent_endings, self.recent_exposure, self.recent_saved
+        # A batch's endings fade as its exposure does (`fresh` below over the seconds).
+        share = 1.0
+        # The attempt's own exposure fades along it: its early hours are as old as they are.
+        fresh = (
+            exposure_seconds
+            if math.isinf(self.half_life_seconds)
+            else -math.expm1(-exposure_seconds * _LN2 / self.half_life_seconds)
+            * self.half_life_seconds
+            / _LN2
+        )
+        new_exposure = fade * exposure + fresh
+        if spread and exposure_seconds > 0.0:
+            share = fresh / exposure_seconds
+        new_endings = fade * endings + work_losing_endings * share
+        # max(): the subtraction may leave a hair below the prior's value by rounding.
+        prior_alpha, prior_beta = max(self.alpha - endings, 1e-12), max(self.beta - exposure, 1e-9)
+        keep = max(fade, min(1.0, PRIOR_FLOOR_ALPHA / prior_alpha))
         return RateEstimate(
-            alpha=self.alpha + work_losing_endings,
-            beta=self.beta + exposure_seconds,
+            alpha=keep * prior_alpha + new_endings,
+            beta=keep * prior_beta + new_exposure,
             endings=self.endings + work_losing_endings,
             exposure_seconds=self.exposure_seconds + exposure_seconds,
             saved_reclaims=self.saved_reclaims + saved_reclaims,
             lifetimes=lifetimes,
+            half_life_seconds=self.half_life_seconds,
+            weighted_endings=new_endings,
+            weighted_exposure=new_exposure,
+            weighted_saved=fade * saved + saved_reclaims * share,
         )
 
     def observe(self, kind: EndingKind, exposure_seconds: float) -> RateEstimate:
@@ -268,11 +360,25 @@ class RateEstimate:
             "exposure_seconds": self.exposure_seconds,
             "saved_reclaims": self.saved_reclaims,
             "lifetimes": [[seconds, kind.value] for seconds, kind in self.lifetimes],
+            # JSON has no infinity: null is "never forgets".
+            "half_life_seconds": self.half_life_seconds if math.isfinite(self.half_life_seconds) else None,
+            **(
+                {"weighted": [self.recent_endings, self.recent_exposure, self.recent_saved]}
+                if self.weighted_exposure is not None
+                else {}
+            ),
         }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RateEstimate:
+        weighted = data.get("weighted")
+        # A book written before estimates forgot starts forgetting now, from its counts as they are.
+        half_life = data.get("half_life_seconds", DEFAULT_HALF_LIFE_SECONDS)
         return cls(
+            half_life_seconds=math.inf if half_life is None else float(half_life),
+            weighted_endings=float(weighted[0]) if weighted else None,
+            weighted_exposure=float(weighted[1]) if weighted else None,
+            weighted_saved=float(weighted[2]) if weighted else None,
             alpha=float(data["alpha"]),
             beta=float(data["beta"]),
             endings=int(data.get("endings", 0)),
@@ -592,18 +698,25 @@ def replay_rate(
     *,
     restart_cost: float = 0.0,
     write_seconds: float = 0.0,
+    weights: list[float] | None = None,
 ) -> float:
-    """Work kept per second on the machines had the kept attempts checkpointed every `tau` seconds."""
-    return _Replay(lifetimes, restart_cost, write_seconds).rate(tau, checkpoint_cost)
+    """Work kept per second on the machines had the kept attempts checkpointed every `tau` seconds
+    (each attempt counted with its weight: its age's discount; all 1 when None)."""
+    return _Replay(lifetimes, restart_cost, write_seconds, weights).rate(tau, checkpoint_cost)
 
 
 class _Replay:
     """The kept lifetimes, arranged once for the many candidate intervals a search replays them at."""
 
     def __init__(
-        self, lifetimes: tuple[tuple[float, EndingKind], ...], restart_cost: float, write_seconds: float
+        self,
+        lifetimes: tuple[tuple[float, EndingKind], ...],
+        restart_cost: float,
+        write_seconds: float,
+        weights: list[float] | None = None,
     ) -> None:
-        self.held = sum(restart_cost + seconds for seconds, _ in lifetimes)
+        weights = [1.0] * len(lifetimes) if weights is None else weights
+        self.held = sum(w * (restart_cost + seconds) for (seconds, _), w in zip(lifetimes, weights))
         # A work-losing ending keeps the checkpoints whose stall ended W before it. Each lifetime
         # stands for those within REPLAY_BANDWIDTH of it (uniformly): the checkpoints committed
         # jump by one at each multiple of the cycle, and without this spread the replayed curve is
@@ -612,15 +725,20 @@ class _Replay:
         # span with high <= 0 or high <= low (a lifetime so short that its spread underflows)
         # commits nothing and is left out; a low <= 0 takes nothing off (floor(0) = 0, so such a
         # low is stored as 0.0, whose term is exactly 0.0).
+        # The weight is folded into the width (a span of width/w counts w times as much).
         self.lost_spans = []
-        for seconds, kind in lifetimes:
-            if kind in _WORK_LOSING and seconds > 0.0:
+        for (seconds, kind), weight in zip(lifetimes, weights):
+            if kind in _WORK_LOSING and seconds > 0.0 and weight > 0.0:
                 low = seconds * (1.0 - REPLAY_BANDWIDTH) - write_seconds
                 high = seconds * (1.0 + REPLAY_BANDWIDTH) - write_seconds
                 if high > 0.0 and high > low:
-                    self.lost_spans.append((high, low if low > 0.0 else 0.0, high - low))
+                    self.lost_spans.append((high, low if low > 0.0 else 0.0, (high - low) / weight))
         # Everything else keeps all its work but the stalls: continuous in the lifetime, no spread.
-        self.kept_all = [seconds for seconds, kind in lifetimes if kind not in _WORK_LOSING]
+        self.kept_all = [
+            (seconds, weight)
+            for (seconds, kind), weight in zip(lifetimes, weights)
+            if kind not in _WORK_LOSING
+        ]
 
     def rate(self, tau: float, checkpoint_cost: float) -> float:
         if self.held <= 0.0:
@@ -646,10 +764,10 @@ class _Replay:
                 upper -= m * y - 0.5 * m * (m + 1.0)
             committed += upper * cycle / width
         kept = tau * committed
-        for seconds in self.kept_all:
+        for seconds, weight in self.kept_all:
             full = floor(seconds / cycle)
             rest = seconds - full * cycle
-            kept += full * tau + (rest if rest < tau else tau)
+            kept += weight * (full * tau + (rest if rest < tau else tau))
         return kept / self.held
 
 
@@ -661,9 +779,10 @@ def _blended_interval(
     write_seconds: float,
     model_tau: float,
 ) -> float:
-    n = float(len(estimate.lifetimes))
+    weights = estimate.lifetime_weights()
+    n = math.fsum(weights)  # old lifetimes count for less, as in the rates
     model_share = MODEL_WEIGHT_ATTEMPTS / (MODEL_WEIGHT_ATTEMPTS + n)
-    replay = _Replay(estimate.lifetimes, restart_cost, write_seconds)
+    replay = _Replay(estimate.lifetimes, restart_cost, write_seconds, weights)
     lost_rate, saved_rate = estimate.mean_rate, estimate.saved_rate
     if multipliers is None:
         plain_rates = _gamma_quantiles(estimate.alpha, estimate.beta, QUADRATURE_NODES)
@@ -722,16 +841,26 @@ def _blended_interval(
 HETEROGENEITY_NODES = 15
 
 
-def lifetime_dispersion(lifetimes: tuple[tuple[float, EndingKind], ...]) -> float:
-    """Squared coefficient of variation of the kept lifetimes (1 for exponential ones), at least 1."""
+def lifetime_dispersion(
+    lifetimes: tuple[tuple[float, EndingKind], ...], weights: list[float] | None = None
+) -> float:
+    """Squared coefficient of variation of the kept lifetimes (1 for exponential ones), at least 1,
+    each counted with its weight (all 1 when None)."""
     seconds = [s for s, _ in lifetimes]
     if len(seconds) < 2:
         return 1.0
-    mean = math.fsum(seconds) / len(seconds)
+    weights = [1.0] * len(seconds) if weights is None else weights
+    total = math.fsum(weights)
+    # Unbiased for weighted samples: divided by the effective count less one.
+    effective = total * total / math.fsum(w * w for w in weights)
+    if effective <= 1.0 + 1e-9:
+        return 1.0
+    mean = math.fsum(w * s for s, w in zip(seconds, weights)) / total
     if not (mean > 0.0 and math.isfinite(mean)):
         return 1.0
     # In units of the mean, so that neither tiny nor huge lifetimes underflow or overflow.
-    relative = math.fsum((s / mean - 1.0) ** 2 for s in seconds) / (len(seconds) - 1)
+    spread = math.fsum(w * (s / mean - 1.0) ** 2 for s, w in zip(seconds, weights)) / total
+    relative = spread * effective / (effective - 1.0)
     return max(1.0, relative) if math.isfinite(relative) else 1.0
 
 
@@ -739,11 +868,11 @@ def _rate_multipliers(estimate: RateEstimate, nodes: int) -> list[float] | None:
     """Equal-probability rate multipliers across attempts (mean about 1), or None where not used."""
     if nodes == 1 or estimate.endings < 1 or not estimate.lifetimes:
         return None
-    weight = 1.0 / lifetime_dispersion(estimate.lifetimes)
-    prior_alpha = estimate.alpha - estimate.endings
-    prior_beta = estimate.beta - estimate.exposure_seconds
-    alpha = prior_alpha + weight * estimate.endings
-    beta = prior_beta + weight * estimate.exposure_seconds
+    weight = 1.0 / lifetime_dispersion(estimate.lifetimes, estimate.lifetime_weights())
+    prior_alpha = estimate.alpha - estimate.recent_endings
+    prior_beta = estimate.beta - estimate.recent_exposure
+    alpha = prior_alpha + weight * estimate.recent_endings
+    beta = prior_beta + weight * estimate.recent_exposure
     if not (alpha > 0.0 and beta > 0.0):  # a book whose counts exceed its posterior (hand-edited)
         return None
     rates = _gamma_quantiles(alpha, beta, max(nodes, HETEROGENEITY_NODES))

@@ -429,6 +429,25 @@ class JobRequestModel(_Strict):
             "minReplicaCount is set and this is omitted."
         ),
     )
+    placements: list[Any] | None = Field(
+        None,
+        description=(
+            "Alternatives for where and how attempts run (region, machines per workerPoolSpec, "
+            "strategy SPOT / FLEX_START / STANDARD, price per node hour); each attempt goes to the "
+            "one with the best expected cost or time per unit of training (see objective). Every "
+            "one must be able to resume the same checkpoint. Omitted: every attempt runs as the "
+            "jobSpec says. Items: see docs/requests.md, 'Placements'."
+        ),
+        json_schema_extra={"items": {"type": "object"}, "maxItems": 32},
+    )
+    objective: Literal["lowest-cost", "earliest-finish", "lowest-cost-under-deadline"] | None = Field(
+        None, description="What the choice between placements minimises (default lowest-cost)."
+    )
+    deadline: str | None = Field(
+        None,
+        description="RFC 3339 time the job should finish by (objective lowest-cost-under-deadline).",
+        max_length=40,
+    )
     labels: dict[LabelKey, LabelValue] = Field(
         default_factory=dict,
         description=(

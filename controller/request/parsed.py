@@ -14,6 +14,7 @@ from pydantic import (
 
 from controller.core.adaptive_interval import IntervalSetting
 from controller.core.elastic import ElasticPolicy
+from controller.core.placement import Objective, Placement
 from controller.core.policy import RestartPolicy
 from controller.request.elastic import elastic_policy, split_min_replicas, with_min_replicas
 from controller.request.fields import (
@@ -29,6 +30,7 @@ from controller.request.limits import (
     VERTEX_MAX_ENV,
 )
 from controller.request.loading import load_document
+from controller.request.placements import parse_placements, placement_problems, placement_to_json
 from controller.request.problems import Problem, RequestInvalid, kind_of
 from trainer.layout import CHECKPOINT_INTERVAL_ENV
 
@@ -60,6 +62,10 @@ class JobRequest:
     checkpoint_interval: IntervalSetting | None = None
     # minReplicaCount on some pool: the job may run smaller than requested (controller.core.elastic).
     elastic: ElasticPolicy | None = None
+    # `placements`: empty, every attempt runs as the jobSpec says (as before placements existed).
+    placements: tuple[Placement, ...] = ()
+    objective: Objective | None = None
+    deadline: str | None = None
 
     def to_json(self) -> dict:
         """Canonical camelCase form; `parse_request` accepts it back and yields an equal request."""
@@ -85,6 +91,11 @@ class JobRequest:
         document["restartPolicy"] = policy.to_request_json()
         if self.elastic is not None:
             document["elastic"] = self.elastic.to_request_json()
+        if self.placements:
+            document["placements"] = [placement_to_json(p) for p in self.placements]
+            document["objective"] = (self.objective or Objective.LOWEST_COST).value
+            if self.deadline is not None:
+                document["deadline"] = self.deadline
         document["labels"] = dict(sorted(self.labels.items()))
         return document
 
@@ -180,6 +191,11 @@ def _parse_job(document: dict, allow_local_checkpoints: bool) -> JobRequest:
     if model is not None and spec is not None and model.checkpoint.interval_setting is not None:
         problems.extend(_interval_env_problems(spec))
 
+    placement_models, placement_field_problems = parse_placements(document.get("placements"))
+    problems.extend(placement_field_problems)
+    if model is not None and spec is not None and not placement_field_problems:
+        problems.extend(placement_problems(placement_models, model.objective, model.deadline, spec, minimums))
+
     if problems or model is None or spec is None:
         raise RequestInvalid(problems or [Problem("request", "is not a valid job request")])
     return JobRequest(
@@ -192,6 +208,9 @@ def _parse_job(document: dict, allow_local_checkpoints: bool) -> JobRequest:
         labels=dict(model.labels),
         checkpoint_interval=model.checkpoint.interval_setting,
         elastic=elastic,
+        placements=tuple(p.to_placement() for p in placement_models or ()),
+        objective=Objective(model.objective) if model.objective is not None else None,
+        deadline=model.deadline,
     )
 
 

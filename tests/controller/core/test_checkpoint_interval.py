@@ -2,14 +2,17 @@
 
 import json
 import math
+from dataclasses import replace
 
 import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from controller.core.checkpoint_interval import (
+    DEFAULT_HALF_LIFE_SECONDS,
     HOUR,
     NON_PREEMPTIBLE_PRIOR,
+    PRIOR_FLOOR_ALPHA,
     SPOT_PRIOR,
     CapacityClass,
     EndingKind,
@@ -97,7 +100,7 @@ def test_only_endings_without_a_committed_save_lose_work():
 
 
 def test_conjugate_update_adds_endings_to_shape_and_exposure_to_rate():
-    prior = RateEstimate(alpha=1.0, beta=4 * HOUR)
+    prior = RateEstimate(alpha=1.0, beta=4 * HOUR, half_life_seconds=math.inf)  # without forgetting
     post = prior.update(3, 10 * HOUR, saved_reclaims=5)
     assert (post.alpha, post.beta) == (4.0, 14 * HOUR)
     assert (post.endings, post.exposure_seconds, post.saved_reclaims) == (3, 10 * HOUR, 5)
@@ -107,7 +110,7 @@ def test_conjugate_update_adds_endings_to_shape_and_exposure_to_rate():
 
 
 def test_observe_counts_each_kind_of_ending_where_it_belongs():
-    prior = SPOT_PRIOR
+    prior = replace(SPOT_PRIOR, half_life_seconds=math.inf)  # the counting, without forgetting
     killed = prior.observe(EndingKind.KILLED, 1000.0)
     assert (killed.alpha, killed.beta, killed.saved_reclaims) == (prior.alpha + 1, prior.beta + 1000.0, 0)
     saved = prior.observe(EndingKind.RECLAIM_SAVED, 1000.0)
@@ -201,8 +204,10 @@ def test_saved_reclaims_lengthen_the_interval():
 
 
 def test_with_many_observations_the_choice_converges_to_daly_for_the_true_rate():
+    # Many observations narrow the posterior only where nothing is forgotten (a forgetting estimate
+    # rests on its window: about 1.44 half-lives of exposure, a dozen endings here).
     true_mtbf = 3 * HOUR
-    estimate = SPOT_PRIOR.update(2000, 2000 * true_mtbf)
+    estimate = replace(SPOT_PRIOR, half_life_seconds=math.inf).update(2000, 2000 * true_mtbf)
     assert choose_interval(estimate, 120.0, 1.0, 48 * HOUR) == pytest.approx(
         daly_interval(120.0, true_mtbf), rel=0.02
     )
@@ -317,3 +322,74 @@ def test_explanation_names_the_estimate_its_basis_the_cost_and_the_interval():
     )
     clamped = choose_interval_detail(estimate, 45.0, 3 * HOUR, 24 * HOUR)
     assert "configured minimum" in explain(estimate, 45.0, clamped)
+
+
+# --- forgetting ---------------------------------------------------------------------------------
+
+
+def _history(estimate, lifetimes_hours):
+    for hours in lifetimes_hours:
+        estimate = estimate.observe(EndingKind.RECLAIM_UNSAVED, hours * HOUR)
+    return estimate
+
+
+def test_an_observation_weighs_half_after_a_half_life_of_later_exposure():
+
+    start = SPOT_PRIOR.observe(EndingKind.RECLAIM_UNSAVED, 1.0)
+    later = start.observe(EndingKind.SUCCEEDED, DEFAULT_HALF_LIFE_SECONDS)
+    assert later.recent_endings == pytest.approx(0.5)
+    # A half-life of exposure counts as H / (2 ln 2) seconds: its first hours have faded already.
+    assert later.recent_exposure == pytest.approx(DEFAULT_HALF_LIFE_SECONDS / (2 * math.log(2)), rel=1e-4)
+    assert later.endings == 1  # the raw count, for status, is kept
+    assert later.lifetime_weights() == pytest.approx([0.5, 1.0])
+
+
+def test_the_estimate_follows_a_rate_that_rises_and_one_that_never_forgets_lags():
+    calm_then_busy = [30.0] * 4 + [1.0] * 24
+    forgetting = _history(SPOT_PRIOR, calm_then_busy)
+    never = _history(replace(SPOT_PRIOR, half_life_seconds=math.inf), calm_then_busy)
+    assert never.mean_rate * HOUR < 0.25
+    assert forgetting.mean_rate * HOUR > 0.35  # 0.41: the last day weighs most
+    # ... and so the interval the next attempt gets is closer to the busy phase's own.
+    busy_only = _history(SPOT_PRIOR, [1.0] * 40)
+    tau = {
+        name: choose_interval(e, 300.0, 60.0, 24 * HOUR, restart_cost=300.0, write_seconds=600.0)
+        for name, e in (("forgetting", forgetting), ("never", never), ("busy", busy_only))
+    }
+    assert tau["busy"] < tau["forgetting"] < tau["never"]
+
+
+def test_the_estimate_comes_down_again_when_the_reclaims_stop():
+    busy = _history(SPOT_PRIOR, [1.0] * 30)
+    calm_again = busy.observe(EndingKind.SUCCEEDED, 100 * HOUR)
+    assert calm_again.mean_rate < busy.mean_rate / 10
+    # The prior keeps a floor of weight: a long calm spell is not read as "never reclaimed".
+    very_calm = calm_again.observe(EndingKind.SUCCEEDED, 1000 * HOUR)
+
+    assert very_calm.alpha >= PRIOR_FLOOR_ALPHA * 0.999
+    # ... nor is a thousand hours of one attempt taken at full weight: the evidence is the last
+    # 1.44 half-lives of it without a reclaim, and the prior's floor.
+    assert very_calm.recent_exposure == pytest.approx(DEFAULT_HALF_LIFE_SECONDS / math.log(2), rel=1e-3)
+    window = DEFAULT_HALF_LIFE_SECONDS / math.log(2)
+    floor = PRIOR_FLOOR_ALPHA / (window + PRIOR_FLOOR_ALPHA * SPOT_PRIOR.mtbf)
+    assert very_calm.mean_rate == pytest.approx(floor, rel=1e-3)
+
+
+def test_forgetting_survives_the_store_and_old_books_start_forgetting():
+    estimate = _history(SPOT_PRIOR, [3.0, 5.0, 0.5])
+    again = RateEstimate.from_dict(json.loads(json.dumps(estimate.to_dict())))
+    assert again == estimate
+    never = replace(SPOT_PRIOR, half_life_seconds=math.inf)
+    assert RateEstimate.from_dict(json.loads(json.dumps(never.to_dict()))).half_life_seconds == math.inf
+    old = {"alpha": 2.5, "beta": 100000.0, "endings": 2, "exposure_seconds": 56800.0}
+    read = RateEstimate.from_dict(old)
+    assert read.half_life_seconds == DEFAULT_HALF_LIFE_SECONDS
+    assert read.recent_endings == 2.0 and read.mean_rate == 2.5 / 100000.0
+
+
+def test_a_batch_of_endings_fades_with_its_exposure():
+    # n endings over T seconds, folded in at once, read as the same rate they had (not as n
+    # endings at the end of T's faded exposure).
+    batch = SPOT_PRIOR.update(200, 200 * 3 * HOUR)
+    assert batch.recent_endings / batch.recent_exposure == pytest.approx(1 / (3 * HOUR), rel=1e-9)
+    assert 3 * HOUR < batch.mtbf < 3.6 * HOUR  # the prior's floor (24 h) pulls a little

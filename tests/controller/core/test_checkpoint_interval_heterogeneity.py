@@ -1,6 +1,7 @@
 """The checkpoint interval where attempts end at different rates (bursts of short attempts, long calm ones)."""
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -19,8 +20,12 @@ from controller.core.checkpoint_interval import (
 LOST = EndingKind.RECLAIM_UNSAVED
 
 
+# The shape of the lifetimes is under test here, not a change of rate: evidence is not forgotten.
+STEADY = replace(SPOT_PRIOR, half_life_seconds=math.inf)
+
+
 def observed(hours):
-    estimate = SPOT_PRIOR
+    estimate = STEADY
     for h in hours:
         estimate = estimate.observe(LOST, h * HOUR)
     return estimate

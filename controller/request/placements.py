@@ -1,0 +1,182 @@
+"""`placements` and `objective`: where else a job's attempts may run, and what to choose them by.
+
+The field models (`PlacementModel`, `OBJECTIVES`) are checked one by one like every field; then
+`placement_problems` checks the placements against the jobSpec and each other: every alternative
+must be able to resume the checkpoint any other wrote, so each has one pool per workerPoolSpec,
+the same accelerators per replica, and a replica count the job may run at (its replicaCount, or,
+for a pool with minReplicaCount, anything between: the range shrink-to-fit resumes across with
+its batch-size rule). The choice between them is `controller.core.placement`'s.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import Field, ValidationError, field_validator
+
+from controller.core.placement import Objective, Placement, Pool
+from controller.request.fields import _Strict, parse_duration, problems_from_pydantic
+from controller.request.problems import Problem
+
+PLACEMENT_NAME_PATTERN = "^[a-z][a-z0-9-]{0,39}$"
+REGION_PATTERN = "^[a-z]+-[a-z]+[0-9]+$"
+OBJECTIVES = tuple(o.value for o in Objective)
+
+
+class PoolModel(_Strict):
+    """One workerPoolSpec's machines in a placement (in the jobSpec's pool order)."""
+
+    machine_type: str = Field(min_length=1, max_length=64, description="e.g. a3-highgpu-8g")
+    accelerator_type: str = Field("", max_length=64, description="e.g. NVIDIA_H100_80GB; '' for none")
+    accelerator_count: int = Field(0, ge=0, le=16)
+    replica_count: int = Field(ge=1, le=1024)
+
+
+class PlacementModel(_Strict):
+    """One alternative for where and how an attempt runs."""
+
+    name: str = Field(pattern=PLACEMENT_NAME_PATTERN, description="Shown on the timeline.")
+    region: str = Field(pattern=REGION_PATTERN, description="Vertex region, e.g. us-central1")
+    worker_pools: list[PoolModel] = Field(min_length=1, max_length=4)
+    strategy: Literal["SPOT", "FLEX_START", "STANDARD"]
+    price_per_node_hour: float = Field(ge=0, le=10000, description="Dollars per replica-hour.")
+    max_wait: Any = Field(
+        None,
+        description="FLEX_START only: how long the Dynamic Workload Scheduler may queue the request "
+        "(seconds, or '90s', '15m', '2h').",
+        json_schema_extra={"type": ["number", "string"]},
+    )
+
+    @field_validator("max_wait")
+    @classmethod
+    def _valid_max_wait(cls, value: Any) -> Any:
+        if value is not None:
+            parse_duration(value, "maxWait")
+        return value
+
+    def to_placement(self) -> Placement:
+        return Placement(
+            name=self.name,
+            region=self.region,
+            pools=tuple(
+                Pool(p.machine_type, p.accelerator_type, p.accelerator_count, p.replica_count)
+                for p in self.worker_pools
+            ),
+            strategy=self.strategy,
+            price_per_node_hour=self.price_per_node_hour,
+            max_wait_seconds=None if self.max_wait is None else parse_duration(self.max_wait, "maxWait"),
+        )
+
+
+def parse_placements(raw: Any) -> tuple[list[PlacementModel] | None, list[Problem]]:
+    """Each written placement checked as a field; (models, problems) with the items' paths."""
+    if raw is None or not isinstance(raw, list):
+        return None, []  # absent, or not a list: JobRequestModel says so
+    models, problems = [], []
+    for index, item in enumerate(raw):
+        try:
+            models.append(PlacementModel.model_validate(item))
+        except ValidationError as error:
+            problems.extend(
+                Problem(f"placements[{index}].{p.field}" if p.field else f"placements[{index}]", p.reason)
+                for p in problems_from_pydantic(error, PlacementModel)
+            )
+    return models, problems
+
+
+def placement_to_json(placement: Placement) -> dict[str, Any]:
+    """The canonical request form of one placement."""
+    document: dict[str, Any] = {
+        "name": placement.name,
+        "region": placement.region,
+        "workerPools": [
+            {
+                "machineType": p.machine_type,
+                "acceleratorType": p.accelerator_type,
+                "acceleratorCount": p.accelerator_count,
+                "replicaCount": p.replica_count,
+            }
+            for p in placement.pools
+        ],
+        "strategy": placement.strategy,
+        "pricePerNodeHour": placement.price_per_node_hour,
+    }
+    if placement.max_wait_seconds is not None:
+        document["maxWait"] = placement.max_wait_seconds
+    return document
+
+
+def placement_problems(
+    placements: list[PlacementModel] | None,
+    objective: str | None,
+    deadline: str | None,
+    spec: Any,
+    minimums: dict[int, int],
+) -> list[Problem]:
+    """Problems of the placements against the jobSpec (parsed) and each other."""
+    problems: list[Problem] = []
+    if not placements:
+        if objective is not None:
+            problems.append(Problem("objective", "has no effect without placements"))
+        if deadline is not None:
+            problems.append(Problem("deadline", "has no effect without placements"))
+        return problems
+    if deadline is not None and not _is_rfc3339(deadline):
+        problems.append(
+            Problem("deadline", f"must be an RFC 3339 time such as 2026-12-01T18:00:00Z (got {deadline!r})")
+        )
+    if (objective == Objective.COST_UNDER_DEADLINE.value) != (deadline is not None):
+        problems.append(
+            Problem(
+                "deadline", f"is required with objective {Objective.COST_UNDER_DEADLINE.value}, and only then"
+            )
+        )
+    seen: dict[str, int] = {}
+    pools = list(spec.worker_pool_specs)
+    for index, placement in enumerate(placements):
+        where = f"placements[{index}]"
+        if placement.name in seen:
+            problems.append(Problem(f"{where}.name", f"repeats placements[{seen[placement.name]}].name"))
+        seen.setdefault(placement.name, index)
+        if placement.max_wait is not None and placement.strategy != "FLEX_START":
+            problems.append(Problem(f"{where}.maxWait", "applies to FLEX_START only"))
+        if len(placement.worker_pools) != len(pools):
+            problems.append(
+                Problem(
+                    f"{where}.workerPools",
+                    f"must have one entry per jobSpec.workerPoolSpecs ({len(pools)}), so that every "
+                    f"placement can resume the same checkpoint (got {len(placement.worker_pools)})",
+                )
+            )
+            continue
+        for k, (mine, theirs) in enumerate(zip(placement.worker_pools, pools, strict=True)):
+            path = f"{where}.workerPools[{k}]"
+            spec_count = int(theirs.replica_count)
+            per_replica = int(theirs.machine_spec.accelerator_count)
+            if mine.accelerator_count != per_replica:
+                problems.append(
+                    Problem(
+                        f"{path}.acceleratorCount",
+                        f"must equal jobSpec.workerPoolSpecs[{k}]'s ({per_replica}): a replica's "
+                        f"processes are the checkpoint's shards (got {mine.accelerator_count})",
+                    )
+                )
+            low = minimums.get(k, spec_count)
+            if not (low <= mine.replica_count <= spec_count):
+                rule = (
+                    f"between its minReplicaCount ({low}) and replicaCount ({spec_count})"
+                    if low != spec_count
+                    else f"equal to jobSpec.workerPoolSpecs[{k}].replicaCount ({spec_count}); set "
+                    "minReplicaCount there to allow fewer"
+                )
+                problems.append(Problem(f"{path}.replicaCount", f"must be {rule} (got {mine.replica_count})"))
+    return problems
+
+
+def _is_rfc3339(text: str) -> bool:
+    try:
+        parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return False
+    return parsed.tzinfo is not None
