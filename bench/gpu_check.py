@@ -341,7 +341,7 @@ def peer_loss(check: Check) -> dict:
 def bench(check: Check) -> dict:
     nproc = max(1, _gpu_count())
     command = [sys.executable, os.path.join(REPO, "bench", "trainer_bench.py"), "--nproc", str(nproc)]
-    command += ["--window", "10", "--slices", "12", "--slice-seconds", "2", "--no-checkpoints"]
+    command += ["--window", "10", "--slices", "12", "--no-checkpoints"]
     done = subprocess.run(
         command, cwd=REPO, env=check.env(1, ""), capture_output=True, text=True, timeout=400
     )

@@ -4,8 +4,9 @@
    same model, data, batch size, optimizer and seed (bench/plain_ddp.py, started by torchrun:
    the same elastic agent, static rendezvous, spawned workers and OMP_NUM_THREADS). Both gangs
    start together and warm up; then only one runs at a time, the other stopped (SIGSTOP to its
-   whole process tree), in alternating slices of a couple of seconds. Each side logs its mean
-   step time every `--window` steps; only windows wholly inside one of its slices count. Each
+   whole process tree), in alternating slices of `--windows-per-slice` windows (a few seconds).
+   Each side logs its mean step time every `--window` steps; only windows wholly inside one of
+   its slices count. Each
    trainer slice is compared with the plain slices just before and after it, so a load swing
    slower than a slice hits both sides of a ratio; the overhead is the median of those ratios
    (with their quartiles), printed with the load average before and after;
@@ -13,7 +14,7 @@
    (ratio: synchronous / background), to a local path and, if devstack is importable, to the
    GCS emulator (`--no-checkpoints` skips this part).
 
-Usage: .venv/bin/python bench/trainer_bench.py [--nproc 2] [--window 4] [--slices 15] [--slice-seconds 2]
+Usage: .venv/bin/python bench/trainer_bench.py [--nproc 2] [--window 3] [--slices 12] [--windows-per-slice 3]
        [--no-checkpoints]
 """
 
@@ -156,10 +157,12 @@ WARM_WINDOWS = 3  # per side: start-up, DDP's bucket rebuild, the first steps
 
 
 def alternate(
-    gangs: tuple[Gang, Gang], slices: int, slice_seconds: float, window: int
+    gangs: tuple[Gang, Gang], slices: int, windows_per_slice: int, window: int
 ) -> list[list[list[float]]]:
-    """Run one gang at a time (the other stopped) for `slices` slices each, alternating; return
-    per gang and slice the step times of the windows that lay wholly inside the slice."""
+    """Run one gang at a time (the other stopped) for `slices` slices each, alternating; a slice
+    lasts until its gang logged `windows_per_slice` whole windows after the one cut by the resume
+    (so a slice is a few seconds whatever the load). Return per gang and slice the step times of
+    the windows that lay wholly inside the slice."""
     while any(len(g.windows) < WARM_WINDOWS for g in gangs):  # both start up and warm up together
         for gang in gangs:
             gang.check_alive()
@@ -169,26 +172,27 @@ def alternate(
     for index in range(2 * slices):
         side = index % 2
         gang = gangs[side]
+        wanted = len(gang.windows) + windows_per_slice + 1
         gang.signal(signal.SIGCONT)
         resumed = time.time()
-        time.sleep(slice_seconds)
+        while len(gang.windows) < wanted:
+            gang.check_alive()
+            time.sleep(0.01)
         gang.signal(signal.SIGSTOP)
         runs[side].append((resumed, time.time()))
-        gang.check_alive()
-    time.sleep(0.5)  # the last lines reach the readers
     per_slice: list[list[list[float]]] = [[], []]
     for side, gang in enumerate(gangs):
         for resumed, paused in runs[side]:
             inside = [
                 seconds
                 for ended, seconds in gang.windows
-                if resumed + MARGIN <= ended - seconds * window and ended <= paused - MARGIN
+                if resumed + MARGIN <= ended - seconds * window and ended <= paused
             ]
             per_slice[side].append(inside)
     return per_slice
 
 
-MARGIN = 0.05  # seconds: a window this close to a SIGSTOP/SIGCONT is not counted
+MARGIN = 0.05  # seconds: a window that starts this close after a SIGCONT is not counted
 
 
 def slice_ratios(per_slice: list[list[list[float]]]) -> list[float]:
@@ -231,9 +235,9 @@ def checkpoint_stalls(root: str, nproc: int, sync: bool, env: dict | None = None
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nproc", type=int, default=2)
-    parser.add_argument("--window", type=int, default=4, help="steps per timed window")
-    parser.add_argument("--slices", type=int, default=15, help="time slices per side, alternating")
-    parser.add_argument("--slice-seconds", type=float, default=2.0)
+    parser.add_argument("--window", type=int, default=3, help="steps per timed window")
+    parser.add_argument("--slices", type=int, default=12, help="slices per side, alternating")
+    parser.add_argument("--windows-per-slice", type=int, default=3)
     parser.add_argument("--no-checkpoints", action="store_true", help="only the step-time comparison")
     opts = parser.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -242,7 +246,7 @@ def main() -> None:
     load_before = os.getloadavg()
     gangs = start_gangs(opts.nproc, opts.window)
     try:
-        per_slice = alternate(gangs, opts.slices, opts.slice_seconds, opts.window)
+        per_slice = alternate(gangs, opts.slices, opts.windows_per_slice, opts.window)
     finally:
         for gang in gangs:
             gang.close()
@@ -310,7 +314,7 @@ def _print_table(opts, rows, load_before, load_after) -> None:
     where = f"GPU {torch.cuda.get_device_name(0)}, NCCL" if torch.cuda.is_available() else "CPU, gloo"
     print(
         f"\n{where}, {opts.nproc} processes, model {MODEL.split(':')[1]}, batch {BATCH}/rank, "
-        f"OMP_NUM_THREADS=1, {opts.slices} alternating slices of {opts.slice_seconds:g} s per side; "
+        f"OMP_NUM_THREADS=1, {opts.slices} alternating slices of {opts.windows_per_slice} windows per side; "
         f"load average {load_before[0]:.2f} before, {load_after[0]:.2f} after the step-time part\n"
     )
     width = max(len(r[0]) for r in rows)
