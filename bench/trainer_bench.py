@@ -9,7 +9,11 @@
    its slices count. Each
    trainer slice is compared with the plain slices just before and after it, so a load swing
    slower than a slice hits both sides of a ratio; the overhead is the median of those ratios
-   (with their quartiles), printed with the load average before and after;
+   (with their quartiles), printed with the load average before and after. Beside it, the CPU
+   time per step of each side's whole process tree over its slices (read while it is frozen):
+   other sessions' load steals wall time from both sides but adds no CPU time to either, so on
+   a shared machine this ratio is the steadier measure of the work the trainer adds (it does
+   not see time spent waiting, which the wall-time ratio does);
 2. training-loop stall per checkpoint with the background upload vs. a synchronous save
    (ratio: synchronous / background), to a local path and, if devstack is importable, to the
    GCS emulator (`--no-checkpoints` skips this part).
@@ -78,7 +82,8 @@ class Gang:
 
     def __init__(self, name: str, cmd: list[str], env: dict):
         self.name = name
-        self.windows: list[tuple[float, float]] = []
+        self.windows: list[tuple[float, float]] = []  # (end time, seconds per step)
+        self.last_step = 0
         self._stderr = tempfile.TemporaryFile(mode="w+")
         self.proc = subprocess.Popen(
             cmd,
@@ -99,6 +104,7 @@ class Gang:
                 if record.get("message") == "train":
                     ended = datetime.fromisoformat(record["time"].replace("Z", "+00:00")).timestamp()
                     self.windows.append((ended, float(record["step_seconds"])))
+                    self.last_step = int(record["step"])
 
     def check_alive(self) -> None:
         if self.proc.poll() is not None:
@@ -109,6 +115,17 @@ class Gang:
         for pid in process_tree(self.proc.pid):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signum)
+
+    def cpu_seconds(self) -> float:
+        """CPU time used so far by every live process of the gang, all threads (launcher and
+        agent included: their polling and the heartbeat are part of what a side costs)."""
+        total = 0
+        for pid in process_tree(self.proc.pid):
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                with open(f"/proc/{pid}/stat") as fh:
+                    fields = fh.read().rsplit(")", 1)[1].split()
+                total += int(fields[11]) + int(fields[12])  # utime, stime
+        return total / os.sysconf("SC_CLK_TCK")
 
     def close(self) -> None:
         self.signal(signal.SIGCONT)
@@ -162,12 +179,13 @@ def alternate(
     """Run one gang at a time (the other stopped) for `slices` slices each, alternating; a slice
     lasts until its gang logged `windows_per_slice` whole windows after the one cut by the resume
     (so a slice is a few seconds whatever the load). Return per gang and slice the step times of
-    the windows that lay wholly inside the slice."""
+    the windows that lay wholly inside the slice, and per gang its CPU seconds per step."""
     while any(len(g.windows) < WARM_WINDOWS for g in gangs):  # both start up and warm up together
         for gang in gangs:
             gang.check_alive()
         time.sleep(0.2)
     runs: list[list[tuple[float, float]]] = [[], []]  # per gang: (resumed at, paused at)
+    frozen: list[list[tuple[float, int]]] = [[], []]  # per gang, at each pause: (CPU seconds, step)
     gangs[1].signal(signal.SIGSTOP)
     for index in range(2 * slices):
         side = index % 2
@@ -180,6 +198,7 @@ def alternate(
             time.sleep(0.01)
         gang.signal(signal.SIGSTOP)
         runs[side].append((resumed, time.time()))
+        frozen[side].append((gang.cpu_seconds(), gang.last_step))
     per_slice: list[list[list[float]]] = [[], []]
     for side, gang in enumerate(gangs):
         for resumed, paused in runs[side]:
@@ -189,7 +208,11 @@ def alternate(
                 if resumed + MARGIN <= ended - seconds * window and ended <= paused
             ]
             per_slice[side].append(inside)
-    return per_slice
+    # A frozen gang uses no CPU: between its first and last pause, its CPU time went to the steps
+    # it logged in its slices (the bit of a step run after the last line read before each pause
+    # is there at both ends, so it cancels).
+    cpu_per_step = [(f[-1][0] - f[0][0]) / max(1, f[-1][1] - f[0][1]) for f in frozen]
+    return per_slice, cpu_per_step
 
 
 MARGIN = 0.05  # seconds: a window that starts this close after a SIGCONT is not counted
@@ -246,7 +269,7 @@ def main() -> None:
     load_before = os.getloadavg()
     gangs = start_gangs(opts.nproc, opts.window)
     try:
-        per_slice = alternate(gangs, opts.slices, opts.windows_per_slice, opts.window)
+        per_slice, cpu_per_step = alternate(gangs, opts.slices, opts.windows_per_slice, opts.window)
     finally:
         for gang in gangs:
             gang.close()
@@ -269,6 +292,13 @@ def main() -> None:
             "  ratio trainer / plain, median of slices",
             f"{statistics.median(ratios):.3f}",
             f"{len(ratios)} slices, quartiles {quartiles[0]:.3f} .. {quartiles[2]:.3f}",
+        ),
+        ("CPU time per step, trainer (all its processes)", f"{cpu_per_step[0] * 1000:.2f} ms", ""),
+        ("CPU time per step, plain DDP (all its processes)", f"{cpu_per_step[1] * 1000:.2f} ms", ""),
+        (
+            "  ratio trainer / plain, CPU time",
+            f"{cpu_per_step[0] / cpu_per_step[1]:.3f}",
+            "slices 2.. of each side",
         ),
     ]
     if opts.no_checkpoints:
