@@ -54,10 +54,13 @@ COPY controller ./controller
 COPY trainer ./trainer
 RUN pip install --no-deps . && rm -rf /app/controller /app/trainer
 RUN useradd --create-home --uid 10001 trainer
-# Build the CPU shared-memory op now, into a directory the trainer user owns: at start DeepSpeed
-# finds it built (ninja has nothing to do) instead of compiling in every replica of every attempt.
+# Build the DeepSpeed ops now, into a directory the trainer user owns, with the trainer's own
+# warm-up (the one way they are built: trainer/warmup.py picks the ops for the accelerator, builds
+# each with a timeout and clears stale locks). No GPU is visible during a build, so it builds the
+# CPU ops; on GPU the trainer needs none. At start DeepSpeed finds them built (ninja has nothing to
+# do) instead of compiling in every replica of every attempt.
 ENV TORCH_EXTENSIONS_DIR=/opt/torch-extensions
-RUN DS_ACCELERATOR=cpu python -c "from deepspeed.ops.op_builder.cpu import ShareMemCommBuilder; ShareMemCommBuilder().load()" \
+RUN python -m trainer.warmup \
     && chown -R 10001:10001 /opt/torch-extensions
 USER 10001:10001
 WORKDIR /home/trainer

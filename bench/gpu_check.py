@@ -17,7 +17,7 @@ they come, so a run cut short still leaves what it measured):
    and the time until node 0 exits with the peer-loss record is measured. NCCL when there are two
    GPUs; with one GPU NCCL cannot place two ranks on it, so the nodes run on gloo (CPU) and the
    figure is the heartbeat's, said so in the output;
-5. bench/trainer_bench.py (interleaved trainer vs. plain DDP step time), unless --skip-bench.
+5. bench/trainer_bench.py (trainer vs. plain DDP step time, alternating slices), unless --skip-bench.
 """
 
 from __future__ import annotations
@@ -341,7 +341,7 @@ def peer_loss(check: Check) -> dict:
 def bench(check: Check) -> dict:
     nproc = max(1, _gpu_count())
     command = [sys.executable, os.path.join(REPO, "bench", "trainer_bench.py"), "--nproc", str(nproc)]
-    command += ["--rounds", "3", "--steps", "60", "--no-checkpoints"]
+    command += ["--window", "10", "--slices", "12", "--no-checkpoints"]
     done = subprocess.run(
         command, cwd=REPO, env=check.env(1, ""), capture_output=True, text=True, timeout=400
     )

@@ -1,28 +1,40 @@
 """Trainer overhead, printed as a table (CPU with gloo, or the GPUs present with NCCL):
 
 1. step time of `python -m trainer` (DDP engine) vs. a minimal hand-written DDP loop on the
-   same model, data and batch size (ratio: trainer / plain). The two are interleaved: round i
-   runs one trainer window and one plain window back to back (alternating which goes first), so
-   a swing of the machine's load hits both sides of a round; the overhead is the median of the
-   rounds' ratios, printed with the load average before and after;
+   same model, data, batch size, optimizer and seed (bench/plain_ddp.py, started by torchrun:
+   the same elastic agent, static rendezvous, spawned workers and OMP_NUM_THREADS). Both gangs
+   start together and warm up; then only one runs at a time, the other stopped (SIGSTOP to its
+   whole process tree), in alternating slices of `--windows-per-slice` windows (a few seconds).
+   Each side logs its mean step time every `--window` steps; only windows wholly inside one of
+   its slices count. Each
+   trainer slice is compared with the plain slices just before and after it, so a load swing
+   slower than a slice hits both sides of a ratio; the overhead is the median of those ratios
+   (with their quartiles), printed with the load average before and after. Beside it, the CPU
+   time per step of each side's whole process tree over its slices (read while it is frozen):
+   other sessions' load steals wall time from both sides but adds no CPU time to either, so on
+   a shared machine this ratio is the steadier measure of the work the trainer adds (it does
+   not see time spent waiting, which the wall-time ratio does);
 2. training-loop stall per checkpoint with the background upload vs. a synchronous save
    (ratio: synchronous / background), to a local path and, if devstack is importable, to the
    GCS emulator (`--no-checkpoints` skips this part).
 
-Usage: .venv/bin/python bench/trainer_bench.py [--nproc 2] [--steps 60] [--rounds 3]
+Usage: .venv/bin/python bench/trainer_bench.py [--nproc 2] [--window 3] [--slices 12] [--windows-per-slice 3]
+       [--no-checkpoints]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import contextlib
 import os
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from datetime import timedelta
+from datetime import datetime
 
 from trainer_logs import json_records  # bench/ is this script's directory
 
@@ -63,90 +75,159 @@ def run_trainer(args: list[str], env: dict | None = None) -> list[dict]:
     return json_records(done.stdout)
 
 
-def trainer_step_seconds(nproc: int, steps: int, window: int) -> float:
-    records = run_trainer(["--steps", str(steps), "--log-every", str(window), "--nproc-per-node", str(nproc)])
-    windows = [r["step_seconds"] for r in records if r.get("message") == "train"]
-    return statistics.median(windows[1:])  # the first window includes warm-up
+class Gang:
+    """One side of the comparison: a launcher and its workers, run in their own session, paused
+    and resumed as a whole (SIGSTOP/SIGCONT to every process of the tree), its `train` log lines
+    collected as (end time, seconds per step) windows."""
 
-
-def interleaved_step_seconds(nproc: int, steps: int, window: int, rounds: int) -> list[tuple[float, float]]:
-    """(trainer, plain) median step seconds per round; odd rounds run the plain loop first."""
-    results = []
-    for index in range(rounds):
-        if index % 2:
-            plain = plain_ddp_step_seconds(nproc, steps, window)
-            trainer = trainer_step_seconds(nproc, steps, window)
-        else:
-            trainer = trainer_step_seconds(nproc, steps, window)
-            plain = plain_ddp_step_seconds(nproc, steps, window)
-        print(
-            f"round {index + 1}: trainer {trainer * 1000:.2f} ms, plain {plain * 1000:.2f} ms, "
-            f"ratio {trainer / plain:.3f}, load {os.getloadavg()[0]:.2f}",
-            flush=True,
+    def __init__(self, name: str, cmd: list[str], env: dict):
+        self.name = name
+        self.windows: list[tuple[float, float]] = []  # (end time, seconds per step)
+        self.last_step = 0
+        self._stderr = tempfile.TemporaryFile(mode="w+")
+        self.proc = subprocess.Popen(
+            cmd,
+            env=env,
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            text=True,
+            start_new_session=True,
         )
-        results.append((trainer, plain))
-    return results
+        self._reader = threading.Thread(target=self._read, name=f"bench-{name}", daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            for record in json_records(line):
+                if record.get("message") == "train":
+                    ended = datetime.fromisoformat(record["time"].replace("Z", "+00:00")).timestamp()
+                    self.windows.append((ended, float(record["step_seconds"])))
+                    self.last_step = int(record["step"])
+
+    def check_alive(self) -> None:
+        if self.proc.poll() is not None:
+            self._stderr.seek(0)
+            raise SystemExit(f"{self.name} exited {self.proc.returncode}:\n{self._stderr.read()[-3000:]}")
+
+    def signal(self, signum: int) -> None:
+        for pid in process_tree(self.proc.pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signum)
+
+    def cpu_seconds(self) -> float:
+        """CPU time used so far by every live process of the gang, all threads (launcher and
+        agent included: their polling and the heartbeat are part of what a side costs)."""
+        total = 0
+        for pid in process_tree(self.proc.pid):
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                with open(f"/proc/{pid}/stat") as fh:
+                    fields = fh.read().rsplit(")", 1)[1].split()
+                total += int(fields[11]) + int(fields[12])  # utime, stime
+        return total / os.sysconf("SC_CLK_TCK")
+
+    def close(self) -> None:
+        self.signal(signal.SIGCONT)
+        self.signal(signal.SIGKILL)
+        self.proc.wait()
+        self._stderr.close()
 
 
-def _plain_ddp_worker(rank: int, world: int, port: int, steps: int, window: int, out_path: str) -> None:
-    """The smallest honest DDP loop: same model, data, optimizer and batch size, nothing else
-    (on a GPU: NCCL, bf16 autocast and fused AdamW, as a user would write it)."""
-    import contextlib
-
-    os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
-    import torch
-    import torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel
-
-    from trainer.examples import gpt
-
-    on_gpu = torch.cuda.is_available()
-    device = torch.device("cuda", rank) if on_gpu else torch.device("cpu")
-    if on_gpu:
-        torch.cuda.set_device(device)
-    torch.set_num_threads(1)
-    backend = "nccl" if on_gpu else "gloo"
-    dist.init_process_group(backend, rank=rank, world_size=world, timeout=timedelta(minutes=5))
-    torch.manual_seed(SEED)
-    model = DistributedDataParallel(
-        gpt.build_larger_model().to(device), device_ids=[rank] if on_gpu else None
-    )
-    data = gpt.build_larger_dataset()
-    fused = {"fused": True} if on_gpu else {}
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.01, **fused)
-    autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if on_gpu else contextlib.nullcontext
-    order = torch.randperm(len(data), generator=torch.Generator().manual_seed(SEED)).tolist()
-    times, start = [], time.perf_counter()
-    for step in range(steps):
-        offset = (step * BATCH * world + rank * BATCH) % (len(data) - BATCH)
-        samples = [data[i] for i in order[offset : offset + BATCH]]
-        inputs, targets = (torch.stack(c).to(device) for c in zip(*samples))
-        with autocast():
-            loss = model(inputs, targets)
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        loss.item()
-        if (step + 1) % window == 0:
-            now = time.perf_counter()
-            times.append((now - start) / window)
-            start = now
-    if rank == 0:
-        with open(out_path, "w") as fh:
-            json.dump(times, fh)
-    dist.destroy_process_group()
+def process_tree(root: int) -> list[int]:
+    """`root` and every process below it (the elastic agent starts its workers in new sessions,
+    so a process group would miss them)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as fh:
+                    parent = int(fh.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(parent, []).append(int(entry))
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo.extend(children.get(pid, []))
+    return found
 
 
-def plain_ddp_step_seconds(nproc: int, steps: int, window: int) -> float:
-    import torch.multiprocessing as mp
-
+def start_gangs(nproc: int, window: int) -> tuple[Gang, Gang]:
+    env = trainer_env({"PYTHONUNBUFFERED": "1"})
+    trainer_cmd = [sys.executable, "-m", "trainer", "--model", MODEL, "--data", DATA]
+    trainer_cmd += ["--batch-size", str(BATCH), "--seed", str(SEED), "--steps", str(ENDLESS)]
+    trainer_cmd += ["--log-every", str(window), "--nproc-per-node", str(nproc)]
     from trainer.cluster import free_port
 
-    with tempfile.TemporaryDirectory() as tmp:
-        out = os.path.join(tmp, "times.json")
-        mp.spawn(_plain_ddp_worker, args=(nproc, free_port(), steps, window, out), nprocs=nproc, join=True)
-        with open(out) as fh:
-            return statistics.median(json.load(fh)[1:])
+    plain_cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc)]
+    plain_cmd += ["--monitor-interval", "0.1", "--start-method", "spawn", "--master-addr", "127.0.0.1"]
+    plain_cmd += ["--master-port", str(free_port()), os.path.join(REPO, "bench", "plain_ddp.py")]
+    plain_cmd += ["--steps", str(ENDLESS), "--window", str(window), "--batch-size", str(BATCH)]
+    plain_cmd += ["--seed", str(SEED)]
+    return Gang("trainer", trainer_cmd, env), Gang("plain", plain_cmd, env)
+
+
+ENDLESS = 10**7  # both sides run until the bench kills them
+WARM_WINDOWS = 3  # per side: start-up, DDP's bucket rebuild, the first steps
+
+
+def alternate(
+    gangs: tuple[Gang, Gang], slices: int, windows_per_slice: int, window: int
+) -> list[list[list[float]]]:
+    """Run one gang at a time (the other stopped) for `slices` slices each, alternating; a slice
+    lasts until its gang logged `windows_per_slice` whole windows after the one cut by the resume
+    (so a slice is a few seconds whatever the load). Return per gang and slice the step times of
+    the windows that lay wholly inside the slice, and per gang its CPU seconds per step."""
+    while any(len(g.windows) < WARM_WINDOWS for g in gangs):  # both start up and warm up together
+        for gang in gangs:
+            gang.check_alive()
+        time.sleep(0.2)
+    runs: list[list[tuple[float, float]]] = [[], []]  # per gang: (resumed at, paused at)
+    frozen: list[list[tuple[float, int]]] = [[], []]  # per gang, at each pause: (CPU seconds, step)
+    gangs[1].signal(signal.SIGSTOP)
+    for index in range(2 * slices):
+        side = index % 2
+        gang = gangs[side]
+        wanted = len(gang.windows) + windows_per_slice + 1
+        gang.signal(signal.SIGCONT)
+        resumed = time.time()
+        while len(gang.windows) < wanted:
+            gang.check_alive()
+            time.sleep(0.01)
+        gang.signal(signal.SIGSTOP)
+        runs[side].append((resumed, time.time()))
+        frozen[side].append((gang.cpu_seconds(), gang.last_step))
+    per_slice: list[list[list[float]]] = [[], []]
+    for side, gang in enumerate(gangs):
+        for resumed, paused in runs[side]:
+            inside = [
+                seconds
+                for ended, seconds in gang.windows
+                if resumed + MARGIN <= ended - seconds * window and ended <= paused
+            ]
+            per_slice[side].append(inside)
+    # A frozen gang uses no CPU: between its first and last pause, its CPU time went to the steps
+    # it logged in its slices (the bit of a step run after the last line read before each pause
+    # is there at both ends, so it cancels).
+    cpu_per_step = [(f[-1][0] - f[0][0]) / max(1, f[-1][1] - f[0][1]) for f in frozen]
+    return per_slice, cpu_per_step
+
+
+MARGIN = 0.05  # seconds: a window that starts this close after a SIGCONT is not counted
+
+
+def slice_ratios(per_slice: list[list[list[float]]]) -> list[float]:
+    """Each trainer slice against the mean of the plain slices just before and after it: a load
+    trend across the three cancels out. Slices without a whole window are left out."""
+    trainer, plain = ([statistics.mean(s) if s else None for s in side] for side in per_slice)
+    ratios = []
+    for index, value in enumerate(trainer):
+        neighbours = [plain[i] for i in (index - 1, index) if 0 <= i < len(plain) and plain[i] is not None]
+        if value is not None and neighbours:
+            ratios.append(value / statistics.mean(neighbours))
+    return ratios
 
 
 def checkpoint_stalls(root: str, nproc: int, sync: bool, env: dict | None = None) -> tuple[float, int]:
@@ -177,40 +258,49 @@ def checkpoint_stalls(root: str, nproc: int, sync: bool, env: dict | None = None
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nproc", type=int, default=2)
-    parser.add_argument("--steps", type=int, default=60)
-    parser.add_argument("--window", type=int, default=10)
-    parser.add_argument("--rounds", type=int, default=3, help="interleaved trainer/plain rounds")
+    parser.add_argument("--window", type=int, default=3, help="steps per timed window")
+    parser.add_argument("--slices", type=int, default=12, help="slices per side, alternating")
+    parser.add_argument("--windows-per-slice", type=int, default=3)
     parser.add_argument("--no-checkpoints", action="store_true", help="only the step-time comparison")
     opts = parser.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     sys.path.insert(0, REPO)
 
     load_before = os.getloadavg()
-    rows = []
-    pairs = interleaved_step_seconds(opts.nproc, opts.steps, opts.window, opts.rounds)
-    ratios = [trainer / plain for trainer, plain in pairs]
-    rows.append(
-        (
-            "step time, trainer (DDP engine), median of rounds",
-            f"{statistics.median(p[0] for p in pairs) * 1000:.2f} ms",
-            "",
-        )
-    )
-    rows.append(
-        (
-            "step time, plain DDP loop, median of rounds",
-            f"{statistics.median(p[1] for p in pairs) * 1000:.2f} ms",
-            "",
-        )
-    )
-    rows.append(
-        (
-            "  ratio trainer / plain, median of rounds",
-            f"{statistics.median(ratios):.3f}",
-            " ".join(f"{r:.3f}" for r in ratios),
-        )
-    )
+    gangs = start_gangs(opts.nproc, opts.window)
+    try:
+        per_slice, cpu_per_step = alternate(gangs, opts.slices, opts.windows_per_slice, opts.window)
+    finally:
+        for gang in gangs:
+            gang.close()
     load_after = os.getloadavg()
+    ratios = slice_ratios(per_slice)
+    trainer_windows, plain_windows = ([w for s in side for w in s] for side in per_slice)
+    quartiles = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3
+    rows = [
+        (
+            "step time, trainer (DDP engine), median window",
+            f"{statistics.median(trainer_windows) * 1000:.2f} ms",
+            f"{len(trainer_windows)} windows of {opts.window} steps",
+        ),
+        (
+            "step time, plain DDP loop, median window",
+            f"{statistics.median(plain_windows) * 1000:.2f} ms",
+            f"{len(plain_windows)} windows of {opts.window} steps",
+        ),
+        (
+            "  ratio trainer / plain, median of slices",
+            f"{statistics.median(ratios):.3f}",
+            f"{len(ratios)} slices, quartiles {quartiles[0]:.3f} .. {quartiles[2]:.3f}",
+        ),
+        ("CPU time per step, trainer (all its processes)", f"{cpu_per_step[0] * 1000:.2f} ms", ""),
+        ("CPU time per step, plain DDP (all its processes)", f"{cpu_per_step[1] * 1000:.2f} ms", ""),
+        (
+            "  ratio trainer / plain, CPU time",
+            f"{cpu_per_step[0] / cpu_per_step[1]:.3f}",
+            "slices 2.. of each side",
+        ),
+    ]
     if opts.no_checkpoints:
         _print_table(opts, rows, load_before, load_after)
         return
@@ -254,8 +344,8 @@ def _print_table(opts, rows, load_before, load_after) -> None:
     where = f"GPU {torch.cuda.get_device_name(0)}, NCCL" if torch.cuda.is_available() else "CPU, gloo"
     print(
         f"\n{where}, {opts.nproc} processes, model {MODEL.split(':')[1]}, batch {BATCH}/rank, "
-        f"OMP_NUM_THREADS=1, {opts.rounds} interleaved rounds of {opts.steps} steps; load average "
-        f"{load_before[0]:.2f} before, {load_after[0]:.2f} after the step-time rounds\n"
+        f"OMP_NUM_THREADS=1, {opts.slices} alternating slices of {opts.windows_per_slice} windows per side; "
+        f"load average {load_before[0]:.2f} before, {load_after[0]:.2f} after the step-time part\n"
     )
     width = max(len(r[0]) for r in rows)
     print(f"{'measure'.ljust(width)} | value      | note")

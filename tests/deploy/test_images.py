@@ -45,3 +45,13 @@ def test_the_dockerfile_holds_every_dependency_install_to_the_constraints():
         assert (
             "--constraint constraints.txt" in install or "--no-deps" in install or "torch==2.13.0" in install
         ), install
+
+
+def test_the_trainer_image_builds_deepspeed_ops_with_the_trainers_warm_up():
+    """One way to build the ops: the image runs `python -m trainer.warmup` (timeout, stale-lock
+    check, the accelerator's op list), not a builder call of its own that could drift from it."""
+    dockerfile = (REPO / "Dockerfile").read_text()
+    trainer_stage = dockerfile[dockerfile.index("AS trainer") :]
+    runs = [line for line in trainer_stage.splitlines() if line.startswith("RUN ")]
+    assert any(line.startswith("RUN python -m trainer.warmup") for line in runs), runs
+    assert "op_builder" not in trainer_stage and "ShareMemCommBuilder" not in trainer_stage
