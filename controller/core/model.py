@@ -137,7 +137,7 @@ class JobState:
 
     # --- serialisation -------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        data = _plain(self)
+        data: dict[str, Any] = _plain(self)
         data["phase"] = self.phase.value
         for attempt in data["attempts"]:
             if attempt["ending"] is not None:
