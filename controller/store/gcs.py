@@ -7,7 +7,10 @@ is a large server-assigned number.
 
 Every write is an upload with `ifGenerationMatch` set to the generation whose envelope was just
 read and checked (version and fence), or 0 for create. GCS refuses it with 412 if anyone wrote
-in between, so read-check-write acts as one compare-and-set and the counter cannot fork.
+in between, so read-check-write acts as one compare-and-set and the counter cannot fork. The
+store remembers the version, fence and generation of what it last read or wrote at each name, so
+a put right after its own read or write skips the read: the remembered generation is the upload's
+precondition, and if anyone wrote since, GCS answers 412 and the put reads and judges as above.
 
 Listing without a GET per object: each upload also sets custom metadata on the same object (so
 in the same atomic write): `relaunch-live` ("1"/"0", the live index of base.py) and, when the
