@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -43,17 +44,17 @@ def request_body(job_id: str) -> bytes:
     ).encode()
 
 
+ACCEPTED = re.compile(rb'"message": "job accepted", "time": "([^"]+)"')
+
+
 def accepted_times(log_path: Path) -> list[float]:
+    # Searched for in the whole text, not line by line: the libraries' own warnings (stderr, the
+    # same file) can land inside a JSON line and would hide its accept from a line parser.
     times = []
     with open(log_path, "rb") as log:
-        for line in log:
-            if b'"job accepted"' not in line:
-                continue
-            try:
-                entry = json.loads(line)
-            except ValueError:
-                continue
-            times.append(datetime.fromisoformat(entry["time"].replace("Z", "+00:00")).timestamp())
+        for found in ACCEPTED.finditer(log.read()):
+            stamp = found.group(1).decode().replace("Z", "+00:00")
+            times.append(datetime.fromisoformat(stamp).timestamp())
     return times
 
 

@@ -14,9 +14,11 @@ place not asked about for `forget_after` seconds is dropped (its job went away).
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 
 from controller.adapters.ratelimit import RateLimiter
@@ -37,7 +39,10 @@ class CreateLane:
         self._clock = clock
         self._forget_after = forget_after
         self._places: dict[str, tuple[float, int]] = {}  # job -> (ready at, arrival)
-        self._asked: dict[str, float] = {}  # job -> when it last asked
+        # The same places in order, so that "how many are ahead" is a bisection, not a count of
+        # every waiting job (a backlog of thousands asks once each).
+        self._order: list[tuple[float, int]] = []
+        self._asked: OrderedDict[str, float] = OrderedDict()  # job -> when it last asked, oldest first
         self._arrival = itertools.count()
         self._lock = threading.Lock()
 
@@ -49,12 +54,16 @@ class CreateLane:
             self._drop_forgotten(now)
             place = self._places.get(job_id)
             if place is None or place[0] > ready_at:
+                if place is not None:
+                    self._unorder(place)
                 place = (ready_at, place[1] if place else next(self._arrival))
                 self._places[job_id] = place
+                bisect.insort(self._order, place)
             self._asked[job_id] = now
-            ahead = sum(1 for other in self._places.values() if other < place)
+            self._asked.move_to_end(job_id)
+            ahead = bisect.bisect_left(self._order, place)
             if ahead < self._limiter.free_now() and self._limiter.acquire(timeout=0):
-                del self._places[job_id]
+                self._unorder(self._places.pop(job_id))
                 del self._asked[job_id]
                 return 0.0
             rate = self._limiter.limit / self._limiter.window  # slots a second
@@ -66,7 +75,9 @@ class CreateLane:
     def leave(self, job_id: str) -> None:
         """The job wants no create any more (it was cancelled, adopted, or ended)."""
         with self._lock:
-            self._places.pop(job_id, None)
+            place = self._places.pop(job_id, None)
+            if place is not None:
+                self._unorder(place)
             self._asked.pop(job_id, None)
 
     def position(self, job_id: str) -> int | None:
@@ -75,7 +86,7 @@ class CreateLane:
             place = self._places.get(job_id)
             if place is None:
                 return None
-            return 1 + sum(1 for other in self._places.values() if other < place)
+            return 1 + bisect.bisect_left(self._order, place)
 
     def waiting(self) -> int:
         with self._lock:
@@ -85,9 +96,19 @@ class CreateLane:
         """A controller that stops leading submits nothing."""
         with self._lock:
             self._places.clear()
+            self._order.clear()
             self._asked.clear()
 
+    def _unorder(self, place: tuple[float, int]) -> None:
+        del self._order[bisect.bisect_left(self._order, place)]  # places are unique (arrival)
+
     def _drop_forgotten(self, now: float) -> None:
-        for job_id in [j for j, at in self._asked.items() if now - at > self._forget_after]:
-            self._places.pop(job_id, None)
+        # Oldest asker first: stop at the first one asked about recently.
+        while self._asked:
+            job_id, at = next(iter(self._asked.items()))
+            if now - at <= self._forget_after:
+                return
             del self._asked[job_id]
+            place = self._places.pop(job_id, None)
+            if place is not None:
+                self._unorder(place)

@@ -275,6 +275,20 @@ def _vertex_rules(spec: Any, path: tuple) -> list[Problem]:
 
 def parse_job_spec(rest: dict, path: tuple = ("jobSpec",)) -> tuple[Any, list[Problem]]:
     """A CustomJobSpec REST dict -> (aiplatform_v1.CustomJobSpec, []) or (None, problems)."""
+    message = vertex.CustomJobSpec.pb()()
+    try:
+        # Most documents are valid: one pass of the library settles it (the walk costs a parse
+        # per leaf). A document the library takes whole has nothing the walk would report.
+        json_format.ParseDict(rest, message)
+    except Exception:  # the library is the judge; the walk names every problem
+        return _parse_with_walk(rest, path)
+    problems = _vertex_rules(message, path)
+    if problems:
+        return None, problems
+    return vertex.CustomJobSpec.wrap(message), []
+
+
+def _parse_with_walk(rest: dict, path: tuple) -> tuple[Any, list[Problem]]:
     problems: list[Problem] = []
     cleaned = _walk_message(rest, vertex.CustomJobSpec.pb().DESCRIPTOR, path, problems)
     message = vertex.CustomJobSpec.pb()()

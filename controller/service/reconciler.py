@@ -55,7 +55,7 @@ from controller.service.deps import Dependencies, Deposed, Transition, core_conf
 from controller.service.interval import IntervalKeeper
 from controller.service.submit import crash_point, ready_at, submit
 from controller.settings import Settings
-from controller.store import Fenced, VersionConflict
+from controller.store import Fenced, VersionConflict, Versioned
 from controller.store.keys import LEDGER_PENDING_FIELD, cancel_key, job_key
 
 log = logs.get("relaunch.reconcile")
@@ -121,8 +121,8 @@ class Reconciler:
             self._after_the_end(job_id, state, record.document)
             return None
         facts, observed = self._facts(state)
-        for _ in range(2):
-            state, actions = self._decide_and_write(job_id, facts)
+        for look in range(2):  # the first decides from the record just read (a stale one fails the CAS)
+            state, actions = self._decide_and_write(job_id, facts, record if look == 0 else None)
             decided = {a.outbox_id for a in actions if isinstance(a, RaiseAlert)}
             # Alerts a crash or a failed publish left in the outbox go out with this look's.
             actions += [a for a in pending_alerts(state) if a.outbox_id not in decided]
@@ -165,9 +165,12 @@ class Reconciler:
         return observation.events()
 
     # ==== decide and write once ============================================================
-    def _decide_and_write(self, job_id: str, facts: list[ev.Event]) -> tuple[JobState, list[Action]]:
+    def _decide_and_write(
+        self, job_id: str, facts: list[ev.Event], record: Versioned | None = None
+    ) -> tuple[JobState, list[Action]]:
         for _ in range(WRITE_TRIES):
-            record = self.store.get(job_key(job_id))
+            if record is None:
+                record = self.store.get(job_key(job_id))
             if record is None:
                 raise Deposed(f"{job_id}: its record vanished")  # retention deleted it meanwhile
             stored = JobRecord.from_dict(record.document)
@@ -188,6 +191,7 @@ class Reconciler:
             try:
                 self.store.put(job_key(job_id), document, expected_version=record.version, fence=self.fence())
             except VersionConflict:
+                record = None
                 continue  # someone wrote in between (the intake's cancel): decide again
             self._transitioned(before, state, document)
             return state, actions
@@ -209,8 +213,7 @@ class Reconciler:
     def _act(
         self, state: JobState, actions: list[Action], observed: int | None
     ) -> tuple[JobState, float | None, bool]:
-        """Carry out the actions, recording outcomes; (the state now, the earliest wake-up,
-        whether the job still waits for a create slot)."""
+        """Carry out the actions, recording outcomes: (state, earliest wake-up, waits for a create slot)."""
         wake: float | None = None
         wants_create = False
         for _ in range(OUTCOME_ROUNDS):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
@@ -54,13 +55,24 @@ class Subscriptions:
             # Supervised: a stream that ends on its own is reported and reopened with backoff.
             stream = SupervisedStream(
                 name,
-                functools.partial(self.subscriber.subscribe, path, callback=callback, flow_control=flow),
+                functools.partial(self._subscribe, path, callback, flow),
                 path,
                 max_backoff_seconds=s.stream_retry_max_seconds,
             )
             stream.open()
             self.streams[name] = stream
         log.info("subscriptions opening", streams=sorted(self.streams))
+
+    def _subscribe(self, path: str, callback: Callable[[Any], None], flow: Any) -> Any:
+        # One callback thread per message flow control lets out (the library's default is 10):
+        # the intake mostly waits on the store, and more requests in flight at once share the
+        # store's commits (SQLite) and overlap their round trips (GCS). A fresh pool per open,
+        # since a closed stream shuts its scheduler down.
+        executor = ThreadPoolExecutor(
+            self.settings.max_outstanding_messages, thread_name_prefix="relaunch-callback"
+        )
+        scheduler = pubsub_v1.subscriber.scheduler.ThreadScheduler(executor=executor)
+        return self.subscriber.subscribe(path, callback=callback, flow_control=flow, scheduler=scheduler)
 
     def problems(self) -> list[str]:
         return [f"{stream.name}: {stream.problem}" for stream in self.streams.values() if stream.problem]

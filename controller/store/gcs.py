@@ -7,7 +7,10 @@ is a large server-assigned number.
 
 Every write is an upload with `ifGenerationMatch` set to the generation whose envelope was just
 read and checked (version and fence), or 0 for create. GCS refuses it with 412 if anyone wrote
-in between, so read-check-write acts as one compare-and-set and the counter cannot fork.
+in between, so read-check-write acts as one compare-and-set and the counter cannot fork. The
+store remembers the version, fence and generation of what it last read or wrote at each name, so
+a put right after its own read or write skips the read: the remembered generation is the upload's
+precondition, and if anyone wrote since, GCS answers 412 and the put reads and judges as above.
 
 Listing without a GET per object: each upload also sets custom metadata on the same object (so
 in the same atomic write): `relaunch-live` ("1"/"0", the live index of base.py) and, when the
@@ -58,6 +61,9 @@ ENVELOPE_KEY = "relaunch-envelope"
 EMBED_LIMIT = 6000
 # Finished documents are embedded only when this small (cancels, claims, rejections).
 EMBED_FINISHED_LIMIT = 1024
+# Objects whose (version, fence, generation) the store remembers, so that a put of what it has
+# just read or written skips reading it again (a bound on memory, not a tuning knob).
+KNOWN_LIMIT = 200_000
 LIST_PAGE_SIZE = 1000  # the most objects.list returns per call
 _LIST_FIELDS = "items(name,generation,metadata),nextPageToken"
 _log = logs.get("relaunch.store.gcs")
@@ -66,6 +72,15 @@ _log = logs.get("relaunch.store.gcs")
 @dataclass(frozen=True)
 class _Stored:
     document: dict[str, Any]
+    version: int
+    fence: int
+    generation: int
+
+
+@dataclass(frozen=True)
+class _Seen:
+    """What the store last read or wrote at an object name (the document itself is not kept)."""
+
     version: int
     fence: int
     generation: int
@@ -88,6 +103,10 @@ class GcsStateStore:
         self._bucket = self._client.bucket(bucket)
         self._prefix = prefix.strip("/")
         self._timeout = timeout
+        # object name -> what this store last read or wrote there. Only a shortcut: a put sends
+        # the remembered generation as its precondition, so if anyone wrote since, GCS refuses
+        # it (412) and the put reads the object and judges it as if nothing had been remembered.
+        self._known: dict[str, _Seen] = {}
 
     def __repr__(self) -> str:
         return f"GcsStateStore(gs://{self._bucket.name}/{self._prefix})"
@@ -117,9 +136,17 @@ class GcsStateStore:
                 what=f"download {name}",
             )
         except (gexc.NotFound, gexc.PreconditionFailed):
+            if generation is None:
+                self._known.pop(name, None)
             return None
         # The download's headers carry the generation of these bytes.
-        return self._parse(name, body, int(blob.generation))
+        return self._remember(name, self._parse(name, body, int(blob.generation)))
+
+    def _remember(self, name: str, stored: _Stored) -> _Stored:
+        if len(self._known) >= KNOWN_LIMIT:
+            self._known.clear()
+        self._known[name] = _Seen(stored.version, stored.fence, stored.generation)
+        return stored
 
     def _parse(self, name: str, body: bytes, generation: int) -> _Stored:
         try:
@@ -194,7 +221,7 @@ class GcsStateStore:
         if raw is None:
             return None
         try:
-            return self._parse(name, raw.encode(), generation)
+            return self._remember(name, self._parse(name, raw.encode(), generation))
         except StoreError:
             return None  # read the object itself instead
 
@@ -244,19 +271,25 @@ class GcsStateStore:
     def _upload(
         self, name: str, document: dict[str, Any], *, version: int, fence: int, if_generation_match: int
     ) -> None:
+        """Write the envelope if the object is at `if_generation_match`; remembers what it wrote."""
         envelope = {"format": ENVELOPE_FORMAT, "version": version, "fence": fence, "document": document}
         body = json.dumps(envelope, sort_keys=True)
         live = self._liveness(self._key_of(name) or "", document)
         metadata = {LIVE_KEY: "1" if live else "0"}
         if len(body) <= (EMBED_LIMIT if live else EMBED_FINISHED_LIMIT):
             metadata[ENVELOPE_KEY] = body
-        gcs_client.conditional_upload(
-            self._bucket.blob(name),
-            body.encode(),
-            if_generation_match=if_generation_match,
-            metadata=metadata,
-            timeout=self._timeout,
-        )
+        try:
+            generation = gcs_client.conditional_upload(
+                self._bucket.blob(name),
+                body.encode(),
+                if_generation_match=if_generation_match,
+                metadata=metadata,
+                timeout=self._timeout,
+            )
+        except BaseException:
+            self._known.pop(name, None)  # whatever is there now, it is not what we remembered
+            raise
+        self._remember(name, _Stored(document, version, fence, generation))
 
     def create(self, key: str, document: dict[str, Any], *, fence: int = 0) -> int:
         name = self._object_name(key)
@@ -270,6 +303,23 @@ class GcsStateStore:
 
     def put(self, key: str, document: dict[str, Any], *, expected_version: int, fence: int = 0) -> int:
         name = self._object_name(key)
+        known = self._known.get(name)
+        if known is not None and known.version == expected_version and fence >= known.fence:
+            # One round trip less: the remembered generation is the precondition, so the upload
+            # lands only on exactly the envelope whose version and fence were checked here.
+            self._check_floor(key, fence)
+            try:
+                self._upload(
+                    name,
+                    document,
+                    version=expected_version + 1,
+                    fence=fence,
+                    if_generation_match=known.generation,
+                )
+            except gexc.PreconditionFailed:
+                pass  # written since it was remembered: read it and judge it below
+            else:
+                return expected_version + 1
         live = self._read(name)
         if live is None or live.version != expected_version:
             raise VersionConflict(

@@ -64,6 +64,43 @@ def test_fence_survives_across_store_instances(store, gcs_client):
         reopened.put("job-a", {"by": "old leader"}, expected_version=version, fence=6)
 
 
+def test_a_deposed_leader_that_remembers_the_generation_is_still_refused(store, gcs_client):
+    """The old leader wrote the job last (so it skips reading it before its next put); a new
+    leader raised the fence floor without touching the job. The old leader's put is refused."""
+    version = store.create("jobs/a", {"by": "old leader"}, fence=5)
+    new_leader = GcsStateStore(BUCKET, store._prefix, client=gcs_client)
+    new_leader.raise_fence(6)
+    with pytest.raises(Fenced):
+        store.put("jobs/a", {"by": "old leader, after a pause"}, expected_version=version, fence=5)
+    assert new_leader.get("jobs/a").document == {"by": "old leader"}
+
+
+def test_a_remembered_generation_written_over_since_is_not_trusted(store, gcs_client):
+    """Another writer wrote after this store last saw the object: the put is judged on what is
+    there now (a higher fence refuses it; a moved version is a conflict), never lands on it."""
+    from controller.store import VersionConflict
+
+    version = store.create("jobs/b", {"by": "old leader"}, fence=5)
+    new_leader = GcsStateStore(BUCKET, store._prefix, client=gcs_client)
+    new_leader.put("jobs/b", {"by": "new leader"}, expected_version=version, fence=6)
+    with pytest.raises(Fenced):
+        store.put("jobs/b", {"by": "old leader"}, expected_version=version + 1, fence=5)
+    with pytest.raises(VersionConflict):
+        store.put("jobs/b", {"by": "old leader"}, expected_version=version, fence=6)
+    assert new_leader.get("jobs/b").document == {"by": "new leader"}
+
+
+def test_puts_in_a_row_from_remembered_generations_land(store, gcs_client):
+    """Puts that use the generation just read or written land, and read back as written."""
+    version = store.create("jobs/c", {"n": 1}, fence=2)
+    assert store.get("jobs/c").version == version
+    assert store.put("jobs/c", {"n": 2}, expected_version=version, fence=2) == version + 1
+    assert store.put("jobs/c", {"n": 3}, expected_version=version + 1, fence=2) == version + 2
+    reopened = GcsStateStore(BUCKET, store._prefix, client=gcs_client)
+    assert reopened.get("jobs/c").document == {"n": 3}
+    assert reopened.get("jobs/c").version == version + 2
+
+
 def test_list_ignores_foreign_objects_and_orders_by_key(store, gcs_client):
     for key in ("jobs/a-b", "jobs/a", "jobs/a/c"):
         store.create(key, {"key": key})
