@@ -32,6 +32,7 @@ from controller.core.actions import (
 )
 from controller.core.classify import Ending, Observation, classify, needs_vertex_error
 from controller.core.elastic import ElasticPolicy
+from controller.core.interval_choice import IntervalInputs, choose
 from controller.core.model import (
     VERTEX_RUNNING,
     VERTEX_TERMINAL,
@@ -84,7 +85,10 @@ def decide(
     now: float,
     rng: random.Random,
     config: CoreConfig = CoreConfig(),
+    interval: IntervalInputs | None = None,
 ) -> Decision:
+    """`interval`: the facts an `auto` checkpoint interval is chosen from, when the shell has them
+    (`controller.core.interval_choice`: a SubmitAttempt without its interval asks for them)."""
     if isinstance(event, ev.AlertDelivered):  # also after the end: a failed job's alert matters most
         outbox = tuple(p for p in state.outbox if p.outbox_id != event.outbox_id)
         return Decision(replace(state, outbox=outbox) if outbox != state.outbox else state, ())
@@ -94,6 +98,7 @@ def decide(
     new_state, actions = handler(state, event, now, rng, config)
     new_state, actions = _resolve_cleared(state, new_state, actions)
     new_state, actions = _into_outbox(new_state, actions, now)
+    new_state, actions = choose(new_state, actions, interval)
     if new_state != state:
         new_state = replace(new_state, updated_at=now)
     return Decision(new_state, tuple(actions))
