@@ -61,6 +61,11 @@ class JobRecord:
         return {**self.intervals, **chosen}
 
     @property
+    def checkpoint_uri(self) -> str | None:
+        checkpoint = self.request.get("checkpoint") if isinstance(self.request, dict) else None
+        return checkpoint.get("uri") if isinstance(checkpoint, dict) else None
+
+    @property
     def interval_setting(self) -> Any:
         """The request's canonical `checkpoint.interval` (None: the trainer's own flags)."""
         checkpoint = self.request.get("checkpoint") if isinstance(self.request, dict) else None
@@ -116,6 +121,35 @@ class JobRecord:
             ledger_pending=bool(document.get(LEDGER_PENDING)),
             extra={k: v for k, v in document.items() if k not in _KNOWN},
         )
+
+
+@dataclass(frozen=True)
+class JobSummary:
+    """What the periodic pass and the gauges read of every live job, without parsing its state."""
+
+    job_id: str
+    phase: str
+    vertex_names: tuple[str, ...]  # of its attempts that have one
+    has_outbox: bool  # alerts decided and not yet known to be published
+
+    @classmethod
+    def of(cls, document: Json) -> JobSummary:
+        state = document[STATE]
+        return cls(
+            job_id=state["job_id"],
+            phase=str(state.get("phase")),
+            vertex_names=tuple(a["vertex_name"] for a in state.get("attempts", ()) if a.get("vertex_name")),
+            has_outbox=bool(state.get("outbox")),
+        )
+
+    @property
+    def terminal(self) -> bool:
+        return self.phase in TERMINAL_PHASE_NAMES
+
+
+def is_job_document(document: Json) -> bool:
+    """A stored job document (not a status document made from one)."""
+    return STATE in document
 
 
 def is_live_document(document: Json) -> bool:

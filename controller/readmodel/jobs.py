@@ -1,6 +1,6 @@
 """The user-facing read model of a job: its status document and its timeline.
 
-Pure functions over stored job documents (`{"request", "fingerprint", "state", "timeline"}`);
+Pure functions over stored job records (`controller.jobrecord.JobRecord`, or the documents it reads);
 the HTTP API, the CLI and the report read jobs only through here, so they never need the engine
 or a Google client.
 """

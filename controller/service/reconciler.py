@@ -119,7 +119,7 @@ class Reconciler(LedgerSteps):
         record = self.store.get(job_key(job_id))
         if record is None:
             return None
-        state = JobState.from_dict(record.document["state"])
+        state = JobRecord.from_dict(record.document).state
         if state.phase.terminal:
             self._after_the_end(job_id, state, record.document)
             return None
@@ -371,7 +371,8 @@ class Reconciler(LedgerSteps):
             if record is None:
                 raise Deposed(f"{job_id}: its record vanished")
             parsed = parse_request(
-                record.document["request"], allow_local_checkpoints=self.settings.allow_local_checkpoints
+                JobRecord.from_dict(record.document).request,
+                allow_local_checkpoints=self.settings.allow_local_checkpoints,
             )
             assert isinstance(parsed, JobRequest)  # a stored job's request, never a cancel
             self._requests[job_id] = request = parsed
