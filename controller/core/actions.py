@@ -69,6 +69,9 @@ class ResolveAlert:
     severity: str  # the severity it fired with
     summary: str
     attempt: int | None = None
+    # Its entry in the job's outbox, as for RaiseAlert: once published, the shell reports
+    # AlertDelivered with this id.
+    outbox_id: str = ""
 
 
 @dataclass(frozen=True)

@@ -104,10 +104,14 @@ def decide(
     return Decision(new_state, tuple(actions))
 
 
-def pending_alerts(state: JobState) -> tuple[RaiseAlert, ...]:
-    """The alerts of this job still to be published (after a crash or a lost lease)."""
+def pending_alerts(state: JobState) -> tuple[RaiseAlert | ResolveAlert, ...]:
+    """The alerts (firings and resolutions) of this job still to be published (after a crash or
+    a lost lease)."""
     return tuple(
-        RaiseAlert(p.kind, p.severity, p.summary, dict(p.details), p.outbox_id) for p in state.outbox
+        ResolveAlert(p.kind, p.severity, p.summary, p.details.get("attempt"), p.outbox_id)
+        if p.resolves
+        else RaiseAlert(p.kind, p.severity, p.summary, dict(p.details), p.outbox_id)
+        for p in state.outbox
     )
 
 
@@ -160,7 +164,8 @@ def _resolve_cleared(old: JobState, new: JobState, actions: list[Action]) -> tup
 
 
 def _into_outbox(state: JobState, actions: list[Action], now: float) -> tuple[JobState, list[Action]]:
-    """Every alert decided here is written to the outbox with the state change that caused it."""
+    """Every alert decided here, firing or resolved, is written to the outbox with the state
+    change that caused it."""
     out: list[Action] = []
     pending = list(state.outbox)
     for action in actions:
@@ -168,6 +173,13 @@ def _into_outbox(state: JobState, actions: list[Action], now: float) -> tuple[Jo
             outbox_id = f"{action.kind}@{now:.6f}#{len(pending)}"
             pending.append(
                 PendingAlert(outbox_id, action.kind, action.severity, action.summary, action.details)
+            )
+            action = replace(action, outbox_id=outbox_id)
+        elif isinstance(action, ResolveAlert) and not action.outbox_id:
+            outbox_id = f"{action.kind}-resolved@{now:.6f}#{len(pending)}"
+            details = {} if action.attempt is None else {"attempt": action.attempt}
+            pending.append(
+                PendingAlert(outbox_id, action.kind, action.severity, action.summary, details, resolves=True)
             )
             action = replace(action, outbox_id=outbox_id)
         out.append(action)

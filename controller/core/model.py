@@ -103,6 +103,9 @@ class PendingAlert:
     severity: str
     summary: str
     details: dict[str, Any] = field(default_factory=dict)
+    # A resolution of `kind` (it has cleared), not a firing: sent through the outbox the same way,
+    # so a crash between the write that cleared it and the publish loses no "resolved" message.
+    resolves: bool = False
 
 
 @dataclass(frozen=True)

@@ -126,7 +126,7 @@ class Reconciler(LedgerSteps):
         facts, observed = self._facts(state)
         for _ in range(2):
             state, actions = self._decide_and_write(job_id, facts)
-            decided = {a.outbox_id for a in actions if isinstance(a, RaiseAlert)}
+            decided = {a.outbox_id for a in actions if isinstance(a, RaiseAlert | ResolveAlert)}
             # Alerts a crash or a failed publish left in the outbox go out with this look's.
             actions += [a for a in pending_alerts(state) if a.outbox_id not in decided]
             state, wake, wants_create = self._act(state, actions, observed)
@@ -281,7 +281,7 @@ class Reconciler(LedgerSteps):
             self.alerts.resolve(
                 action.kind, job_id, action.summary, attempt=action.attempt, fired_with=action.severity
             )
-            return []
+            return [ev.AlertDelivered(action.outbox_id)] if action.outbox_id else []
         if isinstance(action, MarkTerminal):
             (bound.info if action.phase == "succeeded" else bound.warning)(
                 f"job {action.phase}",
@@ -328,7 +328,7 @@ class Reconciler(LedgerSteps):
         if document is not None:
             delivered: list[ev.Event] = []
             for alert in pending_alerts(state):
-                delivered += self._send_alert(state, alert)
+                delivered += self._execute(state, alert)
             if delivered:
                 self._decide_and_write(job_id, delivered)
             if JobRecord.from_dict(document).ledger_pending:
