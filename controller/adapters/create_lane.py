@@ -39,6 +39,8 @@ class CreateLane:
         self._places: dict[str, tuple[float, int]] = {}  # job -> (ready at, arrival)
         self._asked: dict[str, float] = {}  # job -> when it last asked
         self._arrival = itertools.count()
+        # Stays: the lane orders every waiting job, so all queue workers (one job each) and the
+        # HTTP status read this one map: an in-memory map shared across threads.
         self._lock = threading.Lock()
 
     def take(self, job_id: str, ready_at: float) -> float:

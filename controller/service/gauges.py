@@ -45,6 +45,8 @@ class Gauges:
         self.store = store
         self.settings = settings
         self.clock = clock
+        # Stays: the phase counts are written by the transitions of every queue worker (one job
+        # each) and swapped by the pass's sweep: an in-memory map shared across threads.
         self._lock = threading.Lock()
         self._phases: dict[str, str] = {}  # job id -> phase, kept as jobs change
         self._next_sweep = 0.0

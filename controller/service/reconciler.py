@@ -100,6 +100,8 @@ class Reconciler(LedgerSteps):
         self.on_transition: list[Transition] = [*deps.on_transition]
         self._requests: dict[str, JobRequest] = {}  # parsed requests of live jobs
         self._probe_wanted: set[str] = set()  # running jobs the pass picked for a progress probe
+        # Stays: the pass's worker adds to the set, other jobs' workers take from it (one key each,
+        # but one set): an in-memory set shared across threads; it never guards job state.
         self._probe_lock = threading.Lock()
 
     # ==== the door ===========================================================================

@@ -53,6 +53,8 @@ class Sources:
         self.health = health
         self.gauges = gauges
         self.on_unreadable = on_unreadable
+        # Stays: the CustomJob-id index is written by every queue worker's transitions and by the
+        # pass, and read by the event callbacks: an in-memory map shared across threads.
         self._lock = threading.Lock()
         self._job_of: dict[str, str] = {}  # CustomJob id -> job id, for the live jobs' attempts
         self._added_during_pass: dict[str, str] = {}
