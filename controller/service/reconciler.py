@@ -15,9 +15,9 @@ matter, because each look re-derives everything from the evidence:
      a create made, an alert delivered) is decided and written the same way, in the same look;
   6. return the delay before the next look (the core's wake-up, or the create lane's turn).
 
-The queue never serves one job on two workers, so nothing here locks. Leadership: every side
-effect asks `guard` first, which raises `LeaseNotHeld` once this controller may no longer act; a
-write the store refuses as `Fenced` means another controller leads. Either way `on_deposed` is
+The queue never serves one job on two workers, so nothing here locks job state. Leadership:
+every side effect asks `guard` first, which raises `LeaseNotHeld` once this controller may no
+longer act; a write the store refuses as `Fenced` means another controller leads. Either way `on_deposed` is
 told (the daemon steps down) and the look ends: the new leader re-derives it from the store.
 """
 
