@@ -269,8 +269,12 @@ class IntervalKeeper:
         state, read = record.state, None
         current = state.current
         if current is not None and current.ended and not _ended_in(before, current.number):
-            read = self.read_ending(request, current)
-            figures = self.figures(current, read) if read is not None else None
+            try:
+                read = self.read_ending(request, current)
+                figures = self.figures(current, read) if read is not None else None
+            except Exception:  # figures are a nicety: they never hold up the ending's write
+                log.exception("trainer figures unreadable", job_id=request.job_id, attempt=current.number)
+                read = figures = None
             if figures is not None:
                 record = record.with_figures(current.number, figures)
         if state.phase.terminal and not before.phase.terminal and record.interval_setting is not None:
