@@ -93,6 +93,7 @@ def request_body(job_id: str, *, run_seconds: str) -> bytes:
 
 
 def drive_until(engine, job_ids: list[str], done, timeout: float = 600.0) -> None:
+    from controller.jobrecord import JobRecord
     from controller.store.keys import job_key
 
     deadline = time.monotonic() + timeout
@@ -100,7 +101,11 @@ def drive_until(engine, job_ids: list[str], done, timeout: float = 600.0) -> Non
     while pending and time.monotonic() < deadline:
         engine.serve()
         engine.run_pass()
-        pending = {j for j in pending if not done(engine.store.get(job_key(j)).document["state"]["phase"])}
+        pending = {
+            j
+            for j in pending
+            if not done(JobRecord.from_dict(engine.store.get(job_key(j)).document).state.phase.value)
+        }
         if pending:
             engine.queue.wait_for_work(0.2)
     if pending:
@@ -146,18 +151,19 @@ def seed_finished(engine, control: Control, template: dict, start: int, count: i
     naming its own finished CustomJob, seeded in Vertex with the job's labels."""
     from google.cloud import aiplatform_v1
 
+    from controller.jobrecord import JobRecord
     from controller.request import parse_request
     from controller.request.render import build_custom_job
     from controller.store.keys import job_key
 
-    tmpl_id = template["state"]["job_id"]
-    tmpl_vertex = template["state"]["attempts"][-1]["vertex_name"]
+    tmpl = JobRecord.from_dict(template)
+    tmpl_id, tmpl_vertex = tmpl.job_id, tmpl.state.attempts[-1].vertex_name
     text = json.dumps(template)
     for chunk_start in range(start, start + count, 1000):
         ids = [f"hist-{i:06d}" for i in range(chunk_start, min(start + count, chunk_start + 1000))]
         customs = []
         for job_id in ids:
-            request = parse_request(json.loads(text.replace(tmpl_id, job_id))["request"])
+            request = parse_request(JobRecord.from_dict(json.loads(text.replace(tmpl_id, job_id))).request)
             custom = build_custom_job(request, 1)
             customs.append(json.loads(aiplatform_v1.CustomJob.to_json(custom)))
         names = control.call("/seed_finished", {"custom_jobs": customs, "state": "JOB_STATE_SUCCEEDED"})[

@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from controller.jobrecord import JobRecord
+
 TERMINAL = ("succeeded", "failed", "cancelled")
 # Fewer seconds between two reads of the store would cost more than it tells.
 DEFAULT_POLL_SECONDS = 2.0
@@ -216,7 +218,7 @@ class Client:
             raise JobNotFound(job_id)
         # Entries are appended as transitions are stored; an attempt's "running" entry carries
         # Vertex's start time, so order by time (stable, keeping stored order for ties).
-        entries = sorted(document.get("timeline", []), key=lambda e: e.get("time") or 0)
+        entries = sorted(JobRecord.from_dict(document).timeline, key=lambda e: e.get("time") or 0)
         return [with_kind(item) for item in entries]
 
     # ---- writing -----------------------------------------------------------------------------
@@ -231,10 +233,11 @@ class Client:
         parsed = parse_request(_request_bytes(request), allow_local_checkpoints=allow_local)
         if isinstance(parsed, CancelRequest):
             raise RequestInvalid([Problem("action", f"a cancel request; use cancel({parsed.job_id!r})")])
-        existing = self._stored_if_any(parsed.job_id)
-        if existing is not None and existing.get("fingerprint") == parsed.fingerprint():
+        stored = self._stored_if_any(parsed.job_id)
+        existing = JobRecord.from_dict(stored) if stored is not None else None
+        if existing is not None and existing.fingerprint == parsed.fingerprint():
             # Like `kubectl apply` on an unchanged object: nothing to do, and nothing published.
-            return Verdict(parsed.job_id, "unchanged", phase=existing.get("state", {}).get("phase"))
+            return Verdict(parsed.job_id, "unchanged", phase=existing.state.phase.value)
         data = json.dumps(parsed.to_json()).encode()
         message_id = self.publish(data)
         if not wait_for_verdict:
@@ -273,9 +276,10 @@ class Client:
         deadline = started + self.verdict_seconds
         rejected = rejected_key(message_digest(data))
         while True:
-            document = self._stored_if_any(job_id)
+            stored = self._stored_if_any(job_id)
+            document = JobRecord.from_dict(stored) if stored is not None else None
             if fingerprint is not None and document is not None:
-                if document.get("fingerprint") == fingerprint:
+                if document.fingerprint == fingerprint:
                     return Verdict(job_id, "accepted", message_id)
                 # The controller rejects a second, different request for a jobId it has.
                 reason = f"jobId: {job_id!r} already exists with a different request body; use a new jobId"
@@ -344,9 +348,8 @@ def _ended(status: dict) -> bool:
     return status["phase"] in TERMINAL
 
 
-def _cancel_seen(document: dict) -> bool:
-    state = document.get("state", {})
-    return bool(state.get("cancel_requested")) or state.get("phase") in TERMINAL
+def _cancel_seen(document: JobRecord) -> bool:
+    return document.state.cancel_requested or document.state.phase.terminal
 
 
 def _request_bytes(request: Any) -> bytes:

@@ -23,7 +23,9 @@ REQUEST = "request"
 FINGERPRINT = "fingerprint"
 STATE = "state"
 TIMELINE = "timeline"
-INTERVALS = "checkpointIntervals"  # attempt number (a string) -> the interval decision for it
+# attempt number (a string) -> the interval decision for it, as written before the choice moved
+# onto the attempt in the state (`Attempt.checkpoint_interval`); read, never written anew.
+INTERVALS = "checkpointIntervals"
 TRAINER_FIGURES = "trainerFigures"  # attempt number (a string) -> what its exit record said
 LEDGER_PENDING = "intervalLedgerPending"
 FORMAT_KEY = "format"
@@ -51,6 +53,28 @@ class JobRecord:
     def job_id(self) -> str:
         return self.state.job_id
 
+    @property
+    def interval_choices(self) -> Json:
+        """attempt number (a string) -> the checkpoint interval chosen for it: those recorded on
+        the attempts, over those an older release kept beside the state."""
+        chosen = {str(a.number): a.checkpoint_interval for a in self.state.attempts if a.checkpoint_interval}
+        return {**self.intervals, **chosen}
+
+    @property
+    def checkpoint_uri(self) -> str | None:
+        checkpoint = self.request.get("checkpoint") if isinstance(self.request, dict) else None
+        return checkpoint.get("uri") if isinstance(checkpoint, dict) else None
+
+    @property
+    def interval_setting(self) -> Any:
+        """The request's canonical `checkpoint.interval` (None: the trainer's own flags)."""
+        checkpoint = self.request.get("checkpoint") if isinstance(self.request, dict) else None
+        return checkpoint.get("interval") if isinstance(checkpoint, dict) else None
+
+    def with_figures(self, attempt: int, figures: Json) -> JobRecord:
+        """The record with what an attempt's exit record said (goodput reads it)."""
+        return replace(self, trainer_figures={**self.trainer_figures, str(attempt): figures})
+
     def with_state(self, state: JobState, entries: list[Json], *, timeline_limit: int) -> JobRecord:
         """The record after a transition: the new state and its timeline entries."""
         return replace(self, state=state, timeline=(*self.timeline, *entries)[-timeline_limit:])
@@ -77,16 +101,55 @@ class JobRecord:
         version = document.get(FORMAT_KEY, 1)
         if not isinstance(version, int) or version > FORMAT:
             raise ValueError(f"job document format {version!r}: this release reads up to {FORMAT}")
+        state = JobState.from_dict(document[STATE])
+        legacy = dict(document.get(INTERVALS) or {})
+        if legacy:  # an older release kept the choice beside the state: the attempt carries it now
+            attempts = tuple(
+                replace(a, checkpoint_interval=legacy.get(str(a.number)))
+                if a.checkpoint_interval is None and legacy.get(str(a.number))
+                else a
+                for a in state.attempts
+            )
+            state = replace(state, attempts=attempts)
         return cls(
             request=document[REQUEST],
             fingerprint=document.get(FINGERPRINT, ""),
-            state=JobState.from_dict(document[STATE]),
+            state=state,
             timeline=tuple(document.get(TIMELINE) or ()),
-            intervals=dict(document.get(INTERVALS) or {}),
+            intervals=legacy,
             trainer_figures=dict(document.get(TRAINER_FIGURES) or {}),
             ledger_pending=bool(document.get(LEDGER_PENDING)),
             extra={k: v for k, v in document.items() if k not in _KNOWN},
         )
+
+
+@dataclass(frozen=True)
+class JobSummary:
+    """What the periodic pass and the gauges read of every live job, without parsing its state."""
+
+    job_id: str
+    phase: str
+    vertex_names: tuple[str, ...]  # of its attempts that have one
+    has_outbox: bool  # alerts decided and not yet known to be published
+
+    @classmethod
+    def of(cls, document: Json) -> JobSummary:
+        state = document[STATE]
+        return cls(
+            job_id=state["job_id"],
+            phase=str(state.get("phase")),
+            vertex_names=tuple(a["vertex_name"] for a in state.get("attempts", ()) if a.get("vertex_name")),
+            has_outbox=bool(state.get("outbox")),
+        )
+
+    @property
+    def terminal(self) -> bool:
+        return self.phase in TERMINAL_PHASE_NAMES
+
+
+def is_job_document(document: Json) -> bool:
+    """A stored job document (not a status document made from one)."""
+    return STATE in document
 
 
 def is_live_document(document: Json) -> bool:

@@ -44,6 +44,8 @@ class CreateLane:
         self._order: list[tuple[float, int]] = []
         self._asked: OrderedDict[str, float] = OrderedDict()  # job -> when it last asked, oldest first
         self._arrival = itertools.count()
+        # Stays: the lane orders every waiting job, so all queue workers (one job each) and the
+        # HTTP status read this one map: an in-memory map shared across threads.
         self._lock = threading.Lock()
 
     def take(self, job_id: str, ready_at: float) -> float:

@@ -65,6 +65,8 @@ class Observer:
         self._clock = clock
         self._listed: dict[str, tuple[Any, float]] = {}  # vertex name -> (CustomJob, listed at)
         self._names_of: dict[str, list[str]] = {}  # job id -> the names listed with its labels
+        # Stays: the pass's worker replaces the listing copy, jobs' workers take their entries, the
+        # event callbacks drop them: an in-memory map shared across threads.
         self._lock = threading.Lock()
 
     # --- the listing copy ----------------------------------------------------------------------

@@ -26,6 +26,9 @@ class SubmitAttempt:
     create_if_missing: bool = True
     # Replicas per worker pool (an elastic job's chosen size); None: as the request says.
     replicas: tuple[int, ...] | None = None
+    # RELAUNCH_CHECKPOINT_INTERVAL_SECONDS for an `auto` job, as recorded on the attempt
+    # (`controller.core.interval_choice`); None: the request's fixed value or the trainer's flags.
+    checkpoint_interval_seconds: float | None = None
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,9 @@ class ResolveAlert:
     severity: str  # the severity it fired with
     summary: str
     attempt: int | None = None
+    # Its entry in the job's outbox, as for RaiseAlert: once published, the shell reports
+    # AlertDelivered with this id.
+    outbox_id: str = ""
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ from controller.core.actions import (
 )
 from controller.core.classify import Ending, Observation, classify, needs_vertex_error
 from controller.core.elastic import ElasticPolicy
+from controller.core.interval_choice import IntervalInputs, choose
 from controller.core.model import (
     VERTEX_RUNNING,
     VERTEX_TERMINAL,
@@ -84,7 +85,10 @@ def decide(
     now: float,
     rng: random.Random,
     config: CoreConfig = CoreConfig(),
+    interval: IntervalInputs | None = None,
 ) -> Decision:
+    """`interval`: the facts an `auto` checkpoint interval is chosen from, when the shell has them
+    (`controller.core.interval_choice`: a SubmitAttempt without its interval asks for them)."""
     if isinstance(event, ev.AlertDelivered):  # also after the end: a failed job's alert matters most
         outbox = tuple(p for p in state.outbox if p.outbox_id != event.outbox_id)
         return Decision(replace(state, outbox=outbox) if outbox != state.outbox else state, ())
@@ -94,15 +98,20 @@ def decide(
     new_state, actions = handler(state, event, now, rng, config)
     new_state, actions = _resolve_cleared(state, new_state, actions)
     new_state, actions = _into_outbox(new_state, actions, now)
+    new_state, actions = choose(new_state, actions, interval)
     if new_state != state:
         new_state = replace(new_state, updated_at=now)
     return Decision(new_state, tuple(actions))
 
 
-def pending_alerts(state: JobState) -> tuple[RaiseAlert, ...]:
-    """The alerts of this job still to be published (after a crash or a lost lease)."""
+def pending_alerts(state: JobState) -> tuple[RaiseAlert | ResolveAlert, ...]:
+    """The alerts (firings and resolutions) of this job still to be published (after a crash or
+    a lost lease)."""
     return tuple(
-        RaiseAlert(p.kind, p.severity, p.summary, dict(p.details), p.outbox_id) for p in state.outbox
+        ResolveAlert(p.kind, p.severity, p.summary, p.details.get("attempt"), p.outbox_id)
+        if p.resolves
+        else RaiseAlert(p.kind, p.severity, p.summary, dict(p.details), p.outbox_id)
+        for p in state.outbox
     )
 
 
@@ -155,7 +164,8 @@ def _resolve_cleared(old: JobState, new: JobState, actions: list[Action]) -> tup
 
 
 def _into_outbox(state: JobState, actions: list[Action], now: float) -> tuple[JobState, list[Action]]:
-    """Every alert decided here is written to the outbox with the state change that caused it."""
+    """Every alert decided here, firing or resolved, is written to the outbox with the state
+    change that caused it."""
     out: list[Action] = []
     pending = list(state.outbox)
     for action in actions:
@@ -163,6 +173,13 @@ def _into_outbox(state: JobState, actions: list[Action], now: float) -> tuple[Jo
             outbox_id = f"{action.kind}@{now:.6f}#{len(pending)}"
             pending.append(
                 PendingAlert(outbox_id, action.kind, action.severity, action.summary, action.details)
+            )
+            action = replace(action, outbox_id=outbox_id)
+        elif isinstance(action, ResolveAlert) and not action.outbox_id:
+            outbox_id = f"{action.kind}-resolved@{now:.6f}#{len(pending)}"
+            details = {} if action.attempt is None else {"attempt": action.attempt}
+            pending.append(
+                PendingAlert(outbox_id, action.kind, action.severity, action.summary, details, resolves=True)
             )
             action = replace(action, outbox_id=outbox_id)
         out.append(action)

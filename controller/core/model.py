@@ -73,6 +73,9 @@ class Attempt:
     # Replicas per worker pool this attempt asked for (an elastic job, `controller.core.elastic`);
     # None: the request's own replicaCount in every pool.
     replicas: tuple[int, ...] | None = None
+    # The checkpoint interval chosen for this attempt (`IntervalDecision.to_dict()`), for an
+    # `auto` job: chosen once, where its SubmitAttempt is emitted (`core.interval_choice`).
+    checkpoint_interval: dict[str, Any] | None = None
 
     @property
     def ended(self) -> bool:
@@ -100,6 +103,9 @@ class PendingAlert:
     severity: str
     summary: str
     details: dict[str, Any] = field(default_factory=dict)
+    # A resolution of `kind` (it has cleared), not a firing: sent through the outbox the same way,
+    # so a crash between the write that cleared it and the publish loses no "resolved" message.
+    resolves: bool = False
 
 
 @dataclass(frozen=True)

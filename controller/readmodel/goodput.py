@@ -59,6 +59,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from controller.core.model import TERMINAL_PHASE_NAMES
+from controller.jobrecord import is_job_document
 from controller.readmodel.jobs import Json, status_document
 
 
@@ -137,7 +138,7 @@ def duration(seconds: float) -> str:
 
 def user_view(document: Json) -> Json:
     """The `status_document` form, whichever form was given."""
-    if "state" in document:
+    if is_job_document(document):
         return status_document(document, with_timeline=False)
     return document
 

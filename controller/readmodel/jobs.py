@@ -1,6 +1,6 @@
 """The user-facing read model of a job: its status document and its timeline.
 
-Pure functions over stored job documents (`{"request", "fingerprint", "state", "timeline"}`);
+Pure functions over stored job records (`controller.jobrecord.JobRecord`, or the documents it reads);
 the HTTP API, the CLI and the report read jobs only through here, so they never need the engine
 or a Google client.
 """
@@ -10,32 +10,21 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from controller import jobrecord
 from controller.core import elastic
 from controller.core import events as ev
 from controller.core.actions import Action
 from controller.core.model import JobState, Phase
+from controller.jobrecord import JobRecord
 
 # A stored job document, a status document, a timeline entry: plain JSON objects.
 Json = dict[str, Any]
 
 # A job's timeline keeps its newest entries; older ones are dropped to bound the document.
 TIMELINE_LIMIT = 500
-# Where a job document keeps the checkpoint interval chosen for each attempt of an `auto`
-# request: {"<attempt>": IntervalDecision.to_dict()} (written by controller.service.interval).
-INTERVALS_FIELD = jobrecord.INTERVALS
-# The trainer's own figures of each ended attempt, from its exit record and commit markers:
-# {"<attempt>": {"stepAtEnd", "lastCommittedStep", "checkpointSaved", "stallSeconds",
-# "checkpoints"}} (written by controller.service.interval; read by goodput).
-TRAINER_FIGURES_FIELD = jobrecord.TRAINER_FIGURES
 
 
 def entry(now: float, attempt: int, what: str, **extra: Any) -> Json:
     return {"time": now, "attempt": attempt, "what": what, **extra}
-
-
-def append_timeline(document: Json, entries: list[Json]) -> list[Json]:
-    return (list(document.get("timeline", [])) + entries)[-TIMELINE_LIMIT:]
 
 
 def transition_entries(
@@ -74,6 +63,22 @@ def transition_entries(
                 f"attempt {attempt} requested {where} ({spot}){size}",
                 resumeFromStep=current.resume_from_step,
                 **({"replicas": list(current.replicas)} if current.replicas is not None else {}),
+            )
+        )
+    chosen = new.current.checkpoint_interval if new.current else None
+    was = (
+        old.current.checkpoint_interval
+        if old.current and new.current and old.current.number == new.current.number
+        else None
+    )
+    if chosen is not None and was is None:
+        entries.append(
+            entry(
+                now,
+                attempt,
+                f"attempt {attempt} checkpoint interval {float(chosen['seconds']):.1f} s (auto)",
+                checkpointInterval=chosen["seconds"],
+                explanation=chosen.get("explanation", ""),
             )
         )
     if new.current and old.current and new.current.number == old.current.number:
@@ -130,84 +135,84 @@ def _size_note(state: JobState) -> str:
     return f" grown back to {elastic.nodes(policy.full)} replicas" if ran_shrunk else ""
 
 
-def requested_replicas(document: Json) -> list[int]:
+def requested_replicas(record: JobRecord) -> list[int]:
     """replicaCount of each pool as the request wrote it (0 for an empty pool)."""
-    pools = (document["request"].get("jobSpec") or {}).get("workerPoolSpecs") or []
+    pools = (record.request.get("jobSpec") or {}).get("workerPoolSpecs") or []
     return [int(pool.get("replicaCount", 0) or 0) if isinstance(pool, dict) else 0 for pool in pools]
 
 
-def status_document(document: Json, *, with_timeline: bool = True) -> Json:
-    """The JSON a user sees for one job (HTTP API, `relaunch status`)."""
-    state = document["state"]
-    attempts = state.get("attempts", [])
-    current = attempts[-1] if attempts else None
-    requested = requested_replicas(document)
+def status_document(document: Json | JobRecord, *, with_timeline: bool = True) -> Json:
+    """The JSON a user sees for one job (HTTP API, `relaunch status`), from its stored record."""
+    record = document if isinstance(document, JobRecord) else JobRecord.from_dict(document)
+    state = record.state
+    current = state.current
+    requested = requested_replicas(record)
+    choices = record.interval_choices
     out = {
-        "jobId": state["job_id"],
-        "displayName": document["request"].get("displayName"),
-        "phase": state["phase"],
-        "attempt": current["number"] if current else 0,
-        "preemptions": state["preemptions"],
-        "failures": state["failures"],
-        "latestCheckpointStep": state["latest_checkpoint_step"],
-        "latestCheckpointUri": state["latest_checkpoint_uri"],
-        "nextAttemptAt": state["next_attempt_at"],
-        "createdAt": state["created_at"],
-        "updatedAt": state["updated_at"],
-        "terminalReason": state["terminal_reason"],
-        "checkpointUri": document["request"]["checkpoint"]["uri"],
+        "jobId": state.job_id,
+        "displayName": record.request.get("displayName"),
+        "phase": state.phase.value,
+        "attempt": current.number if current else 0,
+        "preemptions": state.preemptions,
+        "failures": state.failures,
+        "latestCheckpointStep": state.latest_checkpoint_step,
+        "latestCheckpointUri": state.latest_checkpoint_uri,
+        "nextAttemptAt": state.next_attempt_at,
+        "createdAt": state.created_at,
+        "updatedAt": state.updated_at,
+        "terminalReason": state.terminal_reason,
+        "checkpointUri": record.request["checkpoint"]["uri"],
         "requestedReplicas": requested,
         "elastic": _elastic_view(state),
         "attempts": [
             {
-                "number": a["number"],
-                "vertexJob": a["vertex_name"],
-                "vertexState": a["vertex_state"],
-                "onDemand": a["on_demand"],
-                "resumeFromStep": a["resume_from_step"],
-                "requestedAt": a["intent_at"],
-                "submittedAt": a["submitted_at"],
-                "startedAt": a["started_at"],
-                "endedAt": a["ended_at"],
-                "ending": a["ending"],
-                "rule": a["rule"],
-                "errorCode": a["error_code"],
-                "errorMessage": a["error_message"],
-                "checkpointStepAtEnd": a["checkpoint_step_at_end"],
-                "checkpointInterval": _interval_of(document, a["number"]),
-                "trainerFigures": (document.get(TRAINER_FIGURES_FIELD) or {}).get(str(a["number"])),
-                "progressUnknown": a.get("progress_unknown", False),
+                "number": a.number,
+                "vertexJob": a.vertex_name,
+                "vertexState": a.vertex_state,
+                "onDemand": a.on_demand,
+                "resumeFromStep": a.resume_from_step,
+                "requestedAt": a.intent_at,
+                "submittedAt": a.submitted_at,
+                "startedAt": a.started_at,
+                "endedAt": a.ended_at,
+                "ending": a.ending.value if a.ending is not None else None,
+                "rule": a.rule,
+                "errorCode": a.error_code,
+                "errorMessage": a.error_message,
+                "checkpointStepAtEnd": a.checkpoint_step_at_end,
+                "checkpointInterval": _interval_of(record, choices.get(str(a.number))),
+                "trainerFigures": record.trainer_figures.get(str(a.number)),
+                "progressUnknown": a.progress_unknown,
                 # Replicas per pool this attempt asked for (the request's unless it was shrunk).
-                "replicas": list(a.get("replicas") or requested),
-                "shrunk": a.get("replicas") is not None and list(a["replicas"]) != requested,
+                "replicas": list(a.replicas or requested),
+                "shrunk": a.replicas is not None and list(a.replicas) != requested,
             }
-            for a in attempts
+            for a in state.attempts
         ],
     }
     if with_timeline:
-        out["timeline"] = [with_kind(item) for item in document.get("timeline", [])]
+        out["timeline"] = [with_kind(item) for item in record.timeline]
     return out
 
 
-def _elastic_view(state: Json) -> Json | None:
-    policy = state.get("elastic")
-    if not policy:
+def _elastic_view(state: JobState) -> Json | None:
+    policy = state.elastic
+    if policy is None:
         return None
     return {
-        "minReplicas": list(policy["minimum"]),
-        "shrinkAfterSeconds": policy["shrink_after_seconds"],
-        "growBack": policy["grow_back"],
-        "growBackAfterSeconds": policy.get("grow_back_after_seconds"),
+        "minReplicas": list(policy.minimum),
+        "shrinkAfterSeconds": policy.shrink_after_seconds,
+        "growBack": policy.grow_back,
+        "growBackAfterSeconds": policy.grow_back_after_seconds,
     }
 
 
-def _interval_of(document: Json, attempt: int) -> Json | None:
+def _interval_of(record: JobRecord, chosen: Json | None) -> Json | None:
     """The checkpoint interval an attempt was given: the controller's recorded choice (`auto`),
     the request's fixed seconds, or None when the request leaves it to the trainer's flags."""
-    chosen = (document.get(INTERVALS_FIELD) or {}).get(str(attempt))
     if chosen is not None:
         return dict(chosen)
-    setting = document["request"].get("checkpoint", {}).get("interval")
+    setting = record.interval_setting
     if isinstance(setting, (int, float)) and not isinstance(setting, bool):
         return {"seconds": float(setting), "mode": "fixed", "explanation": "fixed by the request"}
     return None

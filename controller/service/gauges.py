@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from controller.core.model import JobState, Phase
+from controller.jobrecord import JobSummary
 from controller.readmodel import goodput
 from controller.settings import Settings
 from controller.store import StateStore
@@ -44,6 +45,8 @@ class Gauges:
         self.store = store
         self.settings = settings
         self.clock = clock
+        # Stays: the phase counts are written by the transitions of every queue worker (one job
+        # each) and swapped by the pass's sweep: an in-memory map shared across threads.
         self._lock = threading.Lock()
         self._phases: dict[str, str] = {}  # job id -> phase, kept as jobs change
         self._next_sweep = 0.0
@@ -66,14 +69,14 @@ class Gauges:
         sweep, and the jobs-by-phase counts."""
         now = self.clock()
         for record in live_records:
-            state = record.document["state"]
+            job = JobSummary.of(record.document)
             with self._lock:
-                known = self._phases.setdefault(state["job_id"], state["phase"])
-            if known != state["phase"]:
+                known = self._phases.setdefault(job.job_id, job.phase)
+            if known != job.phase:
                 continue  # changed meanwhile: `transition` saw the newer document
             ratio = goodput.compute(record.document, now).ratio
             if ratio is not None:
-                self.metrics.set_goodput(state["job_id"], ratio)
+                self.metrics.set_goodput(job.job_id, ratio)
         self._advance_sweep(now)
         counts: dict[str, int] = {phase.value: 0 for phase in Phase}
         with self._lock:
@@ -91,14 +94,14 @@ class Gauges:
         budget = self.settings.metrics_sweep_per_pass
         for record in itertools.islice(self._sweep, budget):
             budget -= 1
-            state = record.document["state"]
+            job = JobSummary.of(record.document)
             with self._lock:
-                self._swept[state["job_id"]] = state["phase"]
-                self._phases.setdefault(state["job_id"], state["phase"])  # counts fill in as it goes
-                changed = state["job_id"] in self._changed_during_sweep
+                self._swept[job.job_id] = job.phase
+                self._phases.setdefault(job.job_id, job.phase)  # counts fill in as it goes
+                changed = job.job_id in self._changed_during_sweep
             ratio = goodput.compute(record.document, now).ratio
             if ratio is not None and not changed:
-                self.metrics.set_goodput(state["job_id"], ratio)
+                self.metrics.set_goodput(job.job_id, ratio)
         if budget > 0:  # the listing ran out: the sweep is complete
             with self._lock:
                 for job_id in self._changed_during_sweep:

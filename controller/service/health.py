@@ -20,6 +20,8 @@ class Degradation:
         self._threshold = max(1, threshold)
         self._streaks: dict[str, int] = {}
         self._raised = False
+        # Stays: streaks come from the pass worker, the daemon loop and the intake callbacks, and
+        # the HTTP readiness check reads them: an in-memory map shared across threads.
         self._lock = threading.Lock()
 
     def failed(self, source: str, errors: list[str]) -> None:

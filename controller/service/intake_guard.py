@@ -70,7 +70,8 @@ class IntakeGuard:
         self._max_attempts = max(1, max_attempts)
         self._remembered = max(1, remembered)
         self._failures: OrderedDict[str, int] = OrderedDict()
-        # Pub/Sub runs callbacks on several threads; this guards only the map above.
+        # Stays: the map above is shared by the Pub/Sub callback and HTTP push threads (before the
+        # queue, so no one-worker-per-key guarantee applies); it holds messages, never job state.
         self._lock = threading.Lock()
 
     def accept(

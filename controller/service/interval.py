@@ -1,8 +1,10 @@
 """The shell of the adaptive checkpoint interval: the rate book in the state store, C from the
-job's commit markers, and the choice recorded on the job before its attempt is created.
+job's commit markers, the trainer's figures of an ending.
 
-Everything that decides is pure (`controller.core.adaptive_interval`); this module only reads
-and writes. The ledger (rate book + counted endings) is one document under
+Everything that decides is pure (`controller.core.adaptive_interval`, and
+`controller.core.interval_choice` where a SubmitAttempt is emitted); this module gathers the
+facts the reconcile hands to the core (`inputs`) and writes to the job's record (`figures`), and
+it keeps the ledger. It never writes a job's record: only the reconcile does. The ledger (rate book + counted endings) is one document under
 `INTERVAL_LEDGER_KEY`, updated read-modify-write with the store's version precondition, so two
 writers never lose an update, and `Ledger.record` ignores an ending it already counted, so an
 ending applied twice (a redelivered event, a reconcile pass after a crash) counts once.
@@ -14,8 +16,9 @@ reclaims would all look work-losing and inflate every job's rate.
 
 No ending is lost to a crash between a job's write and the ledger's: a live job's endings are
 caught up by every reconcile pass (`catch_up`), and a job's terminal write carries
-`LEDGER_PENDING_FIELD`, which keeps the finished job in the store's live index (so the pass still
-sees it, while finished work stays unread) until every ending of it is counted (`settle`).
+the ledger mark (`JobRecord.ledger_pending`), which keeps the finished job in the store's live
+index (so the pass still sees it, while finished work stays unread) until every ending of it is
+counted (`all_counted`; the reconcile then clears the mark).
 
 An ending whose exit record cannot be read waits (its true kind needs the record), also when a
 later attempt of the job is counted first (`Ledger` remembers the gap). After
@@ -26,6 +29,7 @@ work-losing (KILLED), the side that shortens the interval rather than one that m
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
 from typing import Any
 
 from controller import logs
@@ -33,17 +37,16 @@ from controller.adapters.checkpoints import CheckpointsUnavailable, CheckpointsU
 from controller.core.adaptive_interval import (
     CheckpointCost,
     EndingFacts,
-    IntervalDecision,
     Ledger,
     checkpoint_cost,
-    decide_interval,
     ending_kind,
     estimate_for,
     exposure,
 )
 from controller.core.checkpoint_interval import CapacityClass, RateEstimate
+from controller.core.interval_choice import IntervalInputs
 from controller.core.model import Attempt, JobState
-from controller.readmodel.jobs import INTERVALS_FIELD, TRAINER_FIGURES_FIELD, append_timeline, entry
+from controller.jobrecord import JobRecord
 from controller.request import JobRequest
 from controller.request.capacity import capacity_class
 from controller.request.render import build_custom_job
@@ -51,7 +54,7 @@ from controller.service.interval_records import epoch as _epoch
 from controller.service.interval_records import measured_before as _measured_before
 from controller.settings import Settings
 from controller.store import AlreadyExists, StateStore, VersionConflict
-from controller.store.keys import INTERVAL_LEDGER_KEY, LEDGER_PENDING_FIELD, job_key
+from controller.store.keys import INTERVAL_LEDGER_KEY
 from trainer import layout
 
 log = logs.get("relaunch.interval")
@@ -61,6 +64,14 @@ _WRITE_TRIES = 8
 # counted without it. Long past any GCS outage the SLA allows for; short enough that a finished
 # job (kept in the live index meanwhile, one exit-record read a pass) does not linger.
 EXIT_RECORD_PATIENCE_SECONDS = 3600.0
+
+
+@dataclass(frozen=True)
+class EndingRead:
+    """An ended attempt's exit record (None: it wrote none) and the root's commit markers."""
+
+    record: Any
+    markers: list[Any]
 
 
 class IntervalKeeper:
@@ -200,100 +211,90 @@ class IntervalKeeper:
         vertex_id = attempt.vertex_name.rsplit("/", 1)[-1] if attempt.vertex_name else None
         return self.checkpoints.exit_record(request.checkpoint_uri, attempt.number, vertex_job_id=vertex_id)
 
-    def on_ending(self, job_id: str, request: JobRequest, attempt: Attempt, now: float) -> None:
-        """An attempt just ended: keep the trainer's figures for goodput and teach the book.
+    def read_ending(self, request: JobRequest, attempt: Attempt) -> EndingRead | None:
+        """The trainer's word on an ended attempt (its exit record, the commit markers), read
+        once for its figures and for the book; None when unreadable (the pass retries)."""
+        if attempt.started_at is None:
+            return EndingRead(None, [])
+        try:
+            return EndingRead(
+                self._exit_record(request, attempt), self.checkpoints.recent_markers(request.checkpoint_uri)
+            )
+        except (CheckpointsUnavailable, CheckpointsUnreadable) as error:
+            log.warning(
+                "trainer figures unreadable", job_id=request.job_id, attempt=attempt.number, error=str(error)
+            )
+            return None
 
-        The exit record is read once for both; unreadable, the figures are left out (goodput
-        falls back to its estimate) and the book is not taught now (the reconcile pass retries)."""
+    def figures(self, attempt: Attempt, read: EndingRead) -> dict[str, Any] | None:
+        """What goodput keeps of an ended attempt (None without an exit record): a fact the
+        reconcile writes with the ending itself."""
+        record = read.record
+        if record is None:
+            return None
+        own = [m for m in read.markers if m.attempt == attempt.number and m.blocking_seconds is not None]
+        exposed = exposure(self.facts(attempt, record, read.markers))
+        return {
+            "stepAtEnd": record.step,
+            "lastCommittedStep": record.last_committed_step,
+            "checkpointSaved": record.checkpoint_saved,
+            "reason": record.reason,
+            # Of the checkpoints this attempt committed that are still kept (--keep-last).
+            "checkpoints": len(own),
+            "stallSeconds": sum(m.blocking_seconds or 0.0 for m in own),
+            "exposureSeconds": round(exposed.seconds, 3),
+            "exposureSource": exposed.source,
+        }
+
+    def on_ending(
+        self, job_id: str, request: JobRequest, attempt: Attempt, now: float, read: EndingRead | None = None
+    ) -> None:
+        """An attempt just ended (and its ending is stored): teach the book, once. `read`: what
+        the reconcile already read of it; unreadable, the book is not taught now (the pass retries)."""
         if attempt.started_at is None:
             self.learn(job_id, request, attempt, now)
-            self.settle(job_id, request)
             return
-        try:
-            record = self._exit_record(request, attempt)
-            markers = self.checkpoints.recent_markers(request.checkpoint_uri)
-        except (CheckpointsUnavailable, CheckpointsUnreadable) as error:
-            log.warning("trainer figures unreadable", job_id=job_id, attempt=attempt.number, error=str(error))
+        read = read if read is not None else self.read_ending(request, attempt)
+        if read is None or request.checkpoint_interval is None:
             return
-        facts = self.facts(attempt, record, markers)
-        if record is not None:
-            own = [m for m in markers if m.attempt == attempt.number and m.blocking_seconds is not None]
-            exposed = exposure(facts)
-            self._store_figures(
-                job_id,
-                attempt.number,
-                {
-                    "stepAtEnd": record.step,
-                    "lastCommittedStep": record.last_committed_step,
-                    "checkpointSaved": record.checkpoint_saved,
-                    "reason": record.reason,
-                    # Of the checkpoints this attempt committed that are still kept (--keep-last).
-                    "checkpoints": len(own),
-                    "stallSeconds": sum(m.blocking_seconds or 0.0 for m in own),
-                    "exposureSeconds": round(exposed.seconds, 3),
-                    "exposureSource": exposed.source,
-                },
-            )
-        if request.checkpoint_interval is not None and not self.ledger().has_counted(job_id, attempt.number):
-            self._count(job_id, request, attempt, facts, now)
-        self.settle(job_id, request)
+        if not self.ledger().has_counted(job_id, attempt.number):
+            self._count(job_id, request, attempt, self.facts(attempt, read.record, read.markers), now)
 
-    @staticmethod
-    def mark_pending(document: dict[str, Any]) -> None:
-        """Called on the document of a job's terminal write, before it is stored: mark the job
-        as waiting for the ledger when its endings teach the book, in that same write. Read from
-        the stored request as it is (its canonical `checkpoint.interval`), so that nothing in the
-        way of a terminal write can fail."""
-        request = document.get("request")
-        checkpoint = request.get("checkpoint") if isinstance(request, dict) else None
-        if isinstance(checkpoint, dict) and checkpoint.get("interval") is not None:
-            document[LEDGER_PENDING_FIELD] = True
+    def with_ending(
+        self, record: JobRecord, before: JobState, request: JobRequest
+    ) -> tuple[JobRecord, EndingRead | None]:
+        """A job's record about to be written, with the facts of an attempt that ends in this
+        write: the trainer's figures, and on a terminal write the ledger mark (so the job stays
+        live until the book has counted every ending). Returns what was read, for the book."""
+        state, read = record.state, None
+        current = state.current
+        if current is not None and current.ended and not _ended_in(before, current.number):
+            try:
+                read = self.read_ending(request, current)
+                figures = self.figures(current, read) if read is not None else None
+            except Exception:  # figures are a nicety: they never hold up the ending's write
+                log.exception("trainer figures unreadable", job_id=request.job_id, attempt=current.number)
+                read = figures = None
+            if figures is not None:
+                record = record.with_figures(current.number, figures)
+        if state.phase.terminal and not before.phase.terminal and record.interval_setting is not None:
+            record = replace(record, ledger_pending=True)
+        return record, read
 
-    def settle(self, job_id: str, request: JobRequest) -> bool:
-        """Clear a finished job's ledger-pending mark once every ended attempt of it is counted
-        (the job then leaves the live index). True when no mark is left."""
+    def all_counted(self, state: JobState, request: JobRequest) -> bool:
+        """Whether every ended attempt of the job is in the book (a finished job's ledger mark
+        may then go, in the reconcile's write)."""
         if request.checkpoint_interval is None:
             return True
-        for _ in range(_WRITE_TRIES):
-            stored = self.store.get(job_key(job_id))
-            if stored is None or not stored.document.get(LEDGER_PENDING_FIELD):
-                return True
-            state = JobState.from_dict(stored.document["state"])
-            ledger = self.ledger()
-            if not all(ledger.has_counted(job_id, a.number) for a in state.attempts if a.ended):
-                return False
-            document = {k: v for k, v in stored.document.items() if k != LEDGER_PENDING_FIELD}
-            try:
-                self.store.put(job_key(job_id), document, expected_version=stored.version, fence=self.fence())
-            except VersionConflict:
-                continue
-            log.info("checkpoint interval: every ending of the finished job is counted", job_id=job_id)
-            return True
-        return False
-
-    def _store_figures(self, job_id: str, attempt: int, figures: dict[str, Any]) -> None:
-        for _ in range(_WRITE_TRIES):
-            stored = self.store.get(job_key(job_id))
-            if stored is None:
-                return
-            known = stored.document.get(TRAINER_FIGURES_FIELD) or {}
-            if known.get(str(attempt)) == figures:
-                return
-            document = dict(stored.document)
-            document[TRAINER_FIGURES_FIELD] = {**known, str(attempt): figures}
-            try:
-                self.store.put(job_key(job_id), document, expected_version=stored.version, fence=self.fence())
-            except VersionConflict:
-                continue
-            return
+        ledger = self.ledger()
+        return all(ledger.has_counted(state.job_id, a.number) for a in state.attempts if a.ended)
 
     def catch_up(
         self, states: Iterable[JobState], request_of: Callable[[str], JobRequest], now: float
     ) -> int:
         """Learn every ended attempt of these jobs that the book has not counted (after a crash
         between a job's write and the ledger's). `states`: the live jobs, and the finished ones
-        still marked as waiting for the ledger (their mark is cleared once all is counted).
-        Returns how many were counted now.
+        still marked as waiting for the ledger. Returns how many were counted now.
 
         Endings this instance has seen counted are remembered, so a pass reads the ledger only
         when a job has an ending it has not checked yet (a pass costs nothing otherwise)."""
@@ -318,12 +319,9 @@ class IntervalKeeper:
                         continue  # its exit record was unreadable: try again next pass
                     counted += 1
                 self._checked.add((state.job_id, attempt.number))
-        for state in states:
-            if state.phase.terminal:
-                self.settle(state.job_id, request_of(state.job_id))
         return counted
 
-    # --- the choice ---------------------------------------------------------------------------
+    # --- the choice (made by the core: `controller.core.interval_choice`) ---------------------------------------------------------------------------
     def cost(self, request: JobRequest, earlier: dict[str, Any] | None = None) -> CheckpointCost:
         """C from the job's commit markers; `earlier` (the job's recorded interval decisions by
         attempt) supplies the last measured C when no periodic save's marker is left."""
@@ -340,60 +338,20 @@ class IntervalKeeper:
             ((m.blocking_seconds, m.write_seconds, m.emergency) for m in markers), _measured_before(earlier)
         )
 
-    def decide(
-        self, request: JobRequest, attempt: int, on_demand: bool, earlier: dict[str, Any] | None = None
-    ) -> IntervalDecision:
-        setting = request.checkpoint_interval
-        assert setting is not None
-        capacity = self.capacity(request, attempt, on_demand)
-        estimate = estimate_for(self.ledger().book, capacity, self.prior(capacity))
-        return decide_interval(setting, capacity, estimate, self.cost(request, earlier))
-
-    def interval_for_attempt(
-        self, job_id: str, request: JobRequest, attempt: int, on_demand: bool, now: float
-    ) -> float | None:
-        """Seconds for this attempt's RELAUNCH_CHECKPOINT_INTERVAL_SECONDS, or None (no auto).
-
-        Chosen once per attempt and stored on the job before the CustomJob is created, so a
-        retried submission renders the same value and status shows what the attempt got."""
+    def inputs(self, request: JobRequest, earlier: dict[str, Any] | None = None) -> IntervalInputs | None:
+        """The facts the core chooses an `auto` attempt's interval from (None: not `auto`): the
+        book's estimate for each capacity class the attempt may run on, and C."""
         setting = request.checkpoint_interval
         if setting is None or not setting.auto:
             return None
-        for _ in range(_WRITE_TRIES):
-            record = self.store.get(job_key(job_id))
-            if record is None:
-                return None
-            chosen = (record.document.get(INTERVALS_FIELD) or {}).get(str(attempt))
-            if chosen is not None:
-                return float(chosen["seconds"])
-            decision = self.decide(request, attempt, on_demand, record.document.get(INTERVALS_FIELD))
-            document = dict(record.document)
-            document[INTERVALS_FIELD] = {
-                **(record.document.get(INTERVALS_FIELD) or {}),
-                str(attempt): decision.to_dict(),
-            }
-            document["timeline"] = append_timeline(
-                record.document,
-                [
-                    entry(
-                        now,
-                        attempt,
-                        f"attempt {attempt} checkpoint interval {decision.seconds:.1f} s (auto)",
-                        checkpointInterval=decision.seconds,
-                        explanation=decision.explanation,
-                    )
-                ],
-            )
-            try:
-                self.store.put(job_key(job_id), document, expected_version=record.version, fence=self.fence())
-            except VersionConflict:
-                continue
-            log.info(
-                "checkpoint interval chosen",
-                job_id=job_id,
-                attempt=attempt,
-                seconds=round(decision.seconds, 3),
-                explanation=decision.explanation,
-            )
-            return decision.seconds
-        raise RuntimeError(f"{job_id}: job document kept changing while recording the checkpoint interval")
+        book = self.ledger().book
+
+        def on(on_demand: bool) -> tuple[CapacityClass, RateEstimate]:
+            capacity = self.capacity(request, 1, on_demand)
+            return capacity, estimate_for(book, capacity, self.prior(capacity))
+
+        return IntervalInputs(setting, on(False), on(True), self.cost(request, earlier))
+
+
+def _ended_in(state: JobState, number: int) -> bool:
+    return any(a.number == number and a.ended for a in state.attempts)

@@ -15,9 +15,9 @@ matter, because each look re-derives everything from the evidence:
      a create made, an alert delivered) is decided and written the same way, in the same look;
   6. return the delay before the next look (the core's wake-up, or the create lane's turn).
 
-The queue never serves one job on two workers, so nothing here locks. Leadership: every side
-effect asks `guard` first, which raises `LeaseNotHeld` once this controller may no longer act; a
-write the store refuses as `Fenced` means another controller leads. Either way `on_deposed` is
+The queue never serves one job on two workers, so nothing here locks job state. Leadership:
+every side effect asks `guard` first, which raises `LeaseNotHeld` once this controller may no
+longer act; a write the store refuses as `Fenced` means another controller leads. Either way `on_deposed` is
 told (the daemon steps down) and the look ends: the new leader re-derives it from the store.
 """
 
@@ -46,6 +46,8 @@ from controller.core.actions import (
     SubmitAttempt,
 )
 from controller.core.decide import decide, pending_alerts
+from controller.core.interval_choice import IntervalInputs
+from controller.core.interval_choice import wanted as interval_wanted
 from controller.core.model import JobState, Phase
 from controller.jobrecord import JobRecord
 from controller.readmodel.jobs import TIMELINE_LIMIT, transition_entries
@@ -53,10 +55,11 @@ from controller.request import JobRequest, parse_request
 from controller.service.alerts import unreadable_checkpoints_alert
 from controller.service.deps import Dependencies, Deposed, Transition, core_config
 from controller.service.interval import IntervalKeeper
+from controller.service.reconcile_ledger import LedgerSteps
 from controller.service.submit import crash_point, ready_at, submit
 from controller.settings import Settings
 from controller.store import Fenced, VersionConflict, Versioned
-from controller.store.keys import LEDGER_PENDING_FIELD, cancel_key, job_key
+from controller.store.keys import cancel_key, job_key
 
 log = logs.get("relaunch.reconcile")
 
@@ -66,7 +69,7 @@ WRITE_TRIES = 5
 OUTCOME_ROUNDS = 4
 
 
-class Reconciler:
+class Reconciler(LedgerSteps):
     def __init__(
         self,
         settings: Settings,
@@ -97,6 +100,8 @@ class Reconciler:
         self.on_transition: list[Transition] = [*deps.on_transition]
         self._requests: dict[str, JobRequest] = {}  # parsed requests of live jobs
         self._probe_wanted: set[str] = set()  # running jobs the pass picked for a progress probe
+        # Stays: the pass's worker adds to the set, other jobs' workers take from it (one key each,
+        # but one set): an in-memory set shared across threads; it never guards job state.
         self._probe_lock = threading.Lock()
 
     # ==== the door ===========================================================================
@@ -116,14 +121,14 @@ class Reconciler:
         record = self.store.get(job_key(job_id))
         if record is None:
             return None
-        state = JobState.from_dict(record.document["state"])
+        state = JobRecord.from_dict(record.document).state
         if state.phase.terminal:
             self._after_the_end(job_id, state, record.document)
             return None
         facts, observed = self._facts(state)
         for look in range(2):  # the first decides from the record just read (a stale one fails the CAS)
             state, actions = self._decide_and_write(job_id, facts, record if look == 0 else None)
-            decided = {a.outbox_id for a in actions if isinstance(a, RaiseAlert)}
+            decided = {a.outbox_id for a in actions if isinstance(a, RaiseAlert | ResolveAlert)}
             # Alerts a crash or a failed publish left in the outbox go out with this look's.
             actions += [a for a in pending_alerts(state) if a.outbox_id not in decided]
             state, wake, wants_create = self._act(state, actions, observed)
@@ -168,36 +173,51 @@ class Reconciler:
     def _decide_and_write(
         self, job_id: str, facts: list[ev.Event], record: Versioned | None = None
     ) -> tuple[JobState, list[Action]]:
+        inputs: IntervalInputs | None = None
         for _ in range(WRITE_TRIES):
             if record is None:
                 record = self.store.get(job_key(job_id))
             if record is None:
                 raise Deposed(f"{job_id}: its record vanished")  # retention deleted it meanwhile
             stored = JobRecord.from_dict(record.document)
-            before = stored.state
-            now = self.clock()
-            state, actions, entries = before, list[Action](), list[dict[str, Any]]()
-            for fact in facts:
-                decision = decide(state, fact, now, self.rng, self.core_config)
-                if decision.state != state:
-                    entries += transition_entries(state, decision.state, fact, decision.actions, now)
-                state = decision.state
-                actions += decision.actions
+            before, now = stored.state, self.clock()
+            state, actions, entries = self._fold(before, facts, now, inputs)
+            if inputs is None and interval_wanted(actions) and stored.interval_setting is not None:
+                # An attempt about to be created needs its checkpoint interval: the core chooses
+                # it from the book's estimate and C, gathered only now.
+                inputs = self.intervals.inputs(self._request(job_id), stored.interval_choices)
+                if inputs is not None:
+                    state, actions, entries = self._fold(before, facts, now, inputs)
             if state == before:
                 return state, actions
-            document = stored.with_state(state, entries, timeline_limit=TIMELINE_LIMIT).to_dict()
-            if state.phase.terminal and not before.phase.terminal:
-                self.intervals.mark_pending(document)
+            written, read = self.intervals.with_ending(
+                stored.with_state(state, entries, timeline_limit=TIMELINE_LIMIT),
+                before,
+                self._request(job_id),
+            )
+            document = written.to_dict()
             try:
                 self.store.put(job_key(job_id), document, expected_version=record.version, fence=self.fence())
             except VersionConflict:
                 record = None
                 continue  # someone wrote in between (the intake's cancel): decide again
-            self._transitioned(before, state, document)
+            self._transitioned(before, state, document, read)
             return state, actions
         raise RuntimeError(f"{job_id}: state kept changing under us; giving up this look")
 
-    def _transitioned(self, old: JobState, new: JobState, document: dict[str, Any]) -> None:
+    def _fold(
+        self, state: JobState, facts: list[ev.Event], now: float, inputs: IntervalInputs | None
+    ) -> tuple[JobState, list[Action], list[dict[str, Any]]]:
+        actions, entries = list[Action](), list[dict[str, Any]]()
+        for fact in facts:
+            decision = decide(state, fact, now, self.rng, self.core_config, inputs)
+            if decision.state != state:
+                entries += transition_entries(state, decision.state, fact, decision.actions, now)
+            state = decision.state
+            actions += decision.actions
+        return state, actions, entries
+
+    def _transitioned(self, old: JobState, new: JobState, document: dict[str, Any], read: Any) -> None:
         for observe in self.on_transition:
             observe(old, new, document)
         if (
@@ -207,7 +227,7 @@ class Reconciler:
         ):
             if new.phase.terminal:
                 crash_point("after-terminal-write")
-            self._learn_ending(new)
+            self._learn_ending(new, read)
 
     # ==== act ==============================================================================
     def _act(
@@ -248,7 +268,6 @@ class Reconciler:
                 self._request(job_id),
                 action,
                 vertex=self.vertex,
-                intervals=self.intervals,
                 guard=self.guard,
                 clock=self.clock,
                 metrics=self.metrics,
@@ -267,7 +286,7 @@ class Reconciler:
             self.alerts.resolve(
                 action.kind, job_id, action.summary, attempt=action.attempt, fired_with=action.severity
             )
-            return []
+            return [ev.AlertDelivered(action.outbox_id)] if action.outbox_id else []
         if isinstance(action, MarkTerminal):
             (bound.info if action.phase == "succeeded" else bound.warning)(
                 f"job {action.phase}",
@@ -314,34 +333,13 @@ class Reconciler:
         if document is not None:
             delivered: list[ev.Event] = []
             for alert in pending_alerts(state):
-                delivered += self._send_alert(state, alert)
+                delivered += self._execute(state, alert)
             if delivered:
                 self._decide_and_write(job_id, delivered)
-            if document.get(LEDGER_PENDING_FIELD):
+            if JobRecord.from_dict(document).ledger_pending:
                 self._catch_up_ledger(state)
         self._requests.pop(job_id, None)
         self.vertex.lane.leave(job_id)
-
-    def _learn_ending(self, state: JobState) -> None:
-        """The current attempt just ended: keep the trainer's figures (goodput) and teach the
-        checkpoint interval's rate book. A failure here must not stop the job: the job stays in
-        the live index until its endings are counted, and a later look catches up."""
-        current = state.current
-        try:
-            if current is not None:
-                self.intervals.on_ending(state.job_id, self._request(state.job_id), current, self.clock())
-        except (Fenced, LeaseNotHeld):
-            raise
-        except Exception:
-            log.exception("checkpoint interval: learning from an ending failed", job_id=state.job_id)
-
-    def _catch_up_ledger(self, state: JobState) -> None:
-        try:
-            self.intervals.catch_up([state], self._request, self.clock())
-        except (Fenced, LeaseNotHeld):
-            raise
-        except Exception:
-            log.exception("checkpoint interval: catching up the ledger failed", job_id=state.job_id)
 
     # ==== helpers ==========================================================================
     def _probe_due(self, state: JobState) -> bool:
@@ -378,7 +376,8 @@ class Reconciler:
             if record is None:
                 raise Deposed(f"{job_id}: its record vanished")
             parsed = parse_request(
-                record.document["request"], allow_local_checkpoints=self.settings.allow_local_checkpoints
+                JobRecord.from_dict(record.document).request,
+                allow_local_checkpoints=self.settings.allow_local_checkpoints,
             )
             assert isinstance(parsed, JobRequest)  # a stored job's request, never a cancel
             self._requests[job_id] = request = parsed

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from controller import logs
-from controller.core.model import Phase
+from controller.jobrecord import JobRecord
 from controller.service.ownership import release_checkpoint_root
 from controller.settings import Settings
 from controller.store import StateStore, Versioned
@@ -67,23 +67,23 @@ def _prune_finished_jobs(
 ) -> list[str]:
     deleted = []
     for record in store.list(JOBS_PREFIX):
-        state = record.document.get("state", {})
         try:
-            finished = Phase(state.get("phase")).terminal
-        except ValueError:
+            job = JobRecord.from_dict(record.document)
+        except (KeyError, TypeError, ValueError):
+            continue  # unreadable: never deleted on a guess
+        state = job.state
+        if not state.phase.terminal or now - state.updated_at <= settings.finished_job_retention_seconds:
             continue
-        if not finished or now - _number(state.get("updated_at")) <= settings.finished_job_retention_seconds:
-            continue
-        job_id = state.get("job_id") or record.key[len(JOBS_PREFIX) :]
+        job_id = job.job_id
         if not _delete(store, record):
             continue
-        uri = record.document.get("request", {}).get("checkpoint", {}).get("uri")
+        uri = job.checkpoint_uri
         if uri:
             try:
                 release_checkpoint_root(store, job_id, uri)
             except StoreError as error:
                 log.warning("claim release failed; the root stays claimed", job_id=job_id, error=str(error))
-        log.info("finished job deleted by retention", job_id=job_id, attempt=None, phase=state.get("phase"))
+        log.info("finished job deleted by retention", job_id=job_id, attempt=None, phase=state.phase.value)
         on_job_deleted(job_id)
         deleted.append(job_id)
     return deleted

@@ -23,7 +23,8 @@ from typing import Any
 from controller import logs
 from controller.adapters.pubsub import UnreadableHint, vertex_job_id_from_log_entry
 from controller.adapters.vertex import job_labels
-from controller.core.model import TERMINAL_PHASE_NAMES, JobState
+from controller.core.model import JobState, Phase
+from controller.jobrecord import JobSummary
 from controller.service.reconciler import Reconciler
 from controller.service.workqueue import WorkQueue
 from controller.store.keys import JOBS_PREFIX
@@ -52,6 +53,8 @@ class Sources:
         self.health = health
         self.gauges = gauges
         self.on_unreadable = on_unreadable
+        # Stays: the CustomJob-id index is written by every queue worker's transitions and by the
+        # pass, and read by the event callbacks: an in-memory map shared across threads.
         self._lock = threading.Lock()
         self._job_of: dict[str, str] = {}  # CustomJob id -> job id, for the live jobs' attempts
         self._added_during_pass: dict[str, str] = {}
@@ -142,19 +145,18 @@ class Sources:
         with self._lock:
             self._added_during_pass = {}
         records = list(self.reconciler.store.list_live(JOBS_PREFIX))
-        self.reconciler.probe_on_next_look(self._due_for_probe(records))
+        jobs = [JobSummary.of(r.document) for r in records]
+        self.reconciler.probe_on_next_look(self._due_for_probe(jobs))
         job_of: dict[str, str] = {}
-        for record in records:
-            state = record.document["state"]
-            for attempt in state.get("attempts", []):
-                if attempt.get("vertex_name"):
-                    job_of[attempt["vertex_name"].rsplit("/", 1)[-1]] = state["job_id"]
+        for job in jobs:
+            for vertex_name in job.vertex_names:
+                job_of[vertex_name.rsplit("/", 1)[-1]] = job.job_id
         with self._lock:
             # Attempts recorded while the store was listed are newer than its snapshot.
             self._job_of = job_of | self._added_during_pass
             self._added_during_pass = {}
             self._index_built = True
-        wanted = [r.document["state"]["job_id"] for r in records]
+        wanted = [job.job_id for job in jobs]
         wanted += [job_id for job_id, _ in map(job_labels, listed) if job_id is not None]
         try:
             wanted += self._outboxes_to_sweep()
@@ -165,18 +167,16 @@ class Sources:
             errors.append(f"{refused} jobs not enqueued: the work queue is full")
         if self.gauges is not None:
             try:
-                self.gauges.export([r for r in records if not _terminal(r)])
+                self.gauges.export([r for r, job in zip(records, jobs, strict=True) if not job.terminal])
             except Exception as error:
                 errors.append(f"gauges: {error}")
         self._report(errors)
 
-    def _due_for_probe(self, records: list[Any]) -> set[str]:
+    def _due_for_probe(self, jobs: list[JobSummary]) -> set[str]:
         """The running jobs whose checkpoint root their next look lists: the least recently
         probed, at most `progress_probes_per_pass`, so each is probed once per ceil(running / cap)
         passes."""
-        running = [
-            r.document["state"]["job_id"] for r in records if r.document["state"].get("phase") == "running"
-        ]
+        running = [job.job_id for job in jobs if job.phase == Phase.RUNNING.value]
         running.sort(key=lambda job_id: self._probed_at.get(job_id, 0.0))
         due = set(running[: self.settings.progress_probes_per_pass])
         now = self.reconciler.clock()
@@ -192,9 +192,9 @@ class Sources:
         if self._outboxes_swept_for == fence:
             return []
         found = [
-            r.document["state"]["job_id"]
-            for r in self.reconciler.store.list(JOBS_PREFIX)
-            if r.document["state"].get("outbox")
+            job.job_id
+            for job in map(JobSummary.of, (r.document for r in self.reconciler.store.list(JOBS_PREFIX)))
+            if job.has_outbox
         ]
         self._outboxes_swept_for = fence
         return found
@@ -213,7 +213,3 @@ class Sources:
             self._job_of.clear()
             self._index_built = False
         self._outboxes_swept_for = None
-
-
-def _terminal(record: Any) -> bool:
-    return record.document["state"].get("phase") in TERMINAL_PHASE_NAMES

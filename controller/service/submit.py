@@ -2,9 +2,9 @@
 
 Called by the reconcile of the job that wants it, holding the create slot the Vertex adapter's
 lane gave it (or none, for a look-up that never creates). The outcome comes back as events for
-the core (AttemptSubmitted, AttemptNotFound, SubmitFailed); nothing here writes job state, except
-the checkpoint interval chosen for the attempt (`service.interval`), stored before the create so
-a retried submission renders the same value.
+the core (AttemptSubmitted, AttemptNotFound, SubmitFailed); nothing here writes job state. The
+attempt's checkpoint interval comes with the action (the core chose it and the reconcile stored
+it with the intent), so a retried submission renders the same value.
 """
 
 from __future__ import annotations
@@ -18,15 +18,12 @@ from google.api_core import exceptions as gexc
 from google.cloud import aiplatform_v1
 
 from controller import logs
-from controller.adapters.lease import LeaseNotHeld
 from controller.adapters.vertex import CreateQuotaExceeded, SubmitRejected, VertexBackend
 from controller.core import events as ev
 from controller.core.actions import SubmitAttempt
 from controller.core.model import JobState
 from controller.request import JobRequest
 from controller.request.render import build_custom_job
-from controller.service.interval import IntervalKeeper
-from controller.store import Fenced
 
 log = logs.get("relaunch.submit")
 
@@ -46,7 +43,6 @@ def submit(
     action: SubmitAttempt,
     *,
     vertex: VertexBackend,
-    intervals: IntervalKeeper,
     guard: Callable[[str], float],
     clock: Callable[[], float],
     metrics: Any | None,
@@ -54,17 +50,6 @@ def submit(
 ) -> list[ev.Event]:
     job_id = state.job_id
     bound = log.bind(job_id=job_id, attempt=action.attempt)
-    interval = None
-    if action.create_if_missing:
-        try:
-            interval = intervals.interval_for_attempt(
-                job_id, request, action.attempt, action.on_demand, clock()
-            )
-        except (Fenced, LeaseNotHeld):
-            raise
-        except Exception as error:  # the store or the markers: try the submission again later
-            bound.warning("choosing the checkpoint interval failed; will retry", error=str(error))
-            return [ev.SubmitFailed(action.attempt, f"checkpoint interval: {error}", permanent=False)]
 
     def build() -> aiplatform_v1.CustomJob:
         return build_custom_job(
@@ -72,7 +57,7 @@ def submit(
             action.attempt,
             resume_from=action.resume_from_uri,
             on_demand=action.on_demand,
-            checkpoint_interval_seconds=interval,
+            checkpoint_interval_seconds=action.checkpoint_interval_seconds,
             replicas=action.replicas,
         )
 

@@ -55,3 +55,33 @@ def test_the_timeline_keeps_its_newest_entries():
     entries = [{"time": float(n), "attempt": 0, "what": f"entry {n}"} for n in range(10)]
     after = record.with_state(record.state, entries, timeline_limit=4)
     assert [e["what"] for e in after.timeline] == ["entry 6", "entry 7", "entry 8", "entry 9"]
+
+
+def test_an_interval_an_older_release_kept_beside_the_state_is_the_attempts_own():
+    """Before the core chose the interval, it was stored under `checkpointIntervals`; an attempt
+    of such a job keeps it, so a retried submission renders the same value and status shows it."""
+    from controller.core.classify import Ending
+    from controller.core.model import Attempt
+    from controller.readmodel.jobs import status_document
+
+    document = json.loads(WRITTEN_BY_AEA2D43.read_text())
+    state = JobState.from_dict(document["state"])
+    attempt = Attempt(1, None, None, False, intent_at=1.0, ended_at=2.0, ending=Ending.CANCELLED)
+    chosen = {"seconds": 120.0, "mode": "auto", "explanation": "from an older release"}
+    document["state"] = JobState(state.job_id, state.policy, state.phase, attempts=(attempt,)).to_dict()
+    del document["state"]["attempts"][0]["checkpoint_interval"]  # as an older release wrote it
+    document["checkpointIntervals"] = {"1": chosen}
+
+    record = JobRecord.from_dict(document)
+    assert record.state.attempts[0].checkpoint_interval == chosen
+    assert record.interval_choices == {"1": chosen}
+    assert status_document(document)["attempts"][0]["checkpointInterval"] == chosen
+    assert JobRecord.from_dict(record.to_dict()) == record
+
+
+def test_the_pass_reads_a_summary_of_a_job_without_parsing_its_state():
+    from controller.jobrecord import JobSummary
+
+    summary = JobSummary.of(json.loads(WRITTEN_BY_AEA2D43.read_text()))
+    assert (summary.job_id, summary.phase, summary.terminal) == ("written-by-aea2d43", "cancelled", True)
+    assert summary.vertex_names == () and not summary.has_outbox

@@ -20,12 +20,15 @@ from google.cloud import pubsub_v1
 
 from controller import logs
 from controller.adapters.checkpoints import CheckpointProbe
+from controller.adapters.lease import LeaseNotHeld
 from controller.adapters.pubsub import TopicPublisher
 from controller.adapters.vertex import VertexBackend
 from controller.adapters.webhook import WebhookSink
+from controller.jobrecord import JobRecord
 from controller.service.alerts import AlertSink, rfc3339
-from controller.service.reconciler import Dependencies
+from controller.service.reconciler import Dependencies, Deposed
 from controller.settings import Settings
+from controller.store.keys import job_key
 from controller.store.sqlite import SqliteStateStore
 from tests.support.engine import (
     PROJECT,
@@ -158,6 +161,46 @@ def test_capacity_wait_fires_while_queued_and_resolves_when_the_attempt_runs(
     cancel_and_finish(engine, "al-cap")
     # The job ending does not resolve a second time: it was resolved already.
     assert only(read_alerts(alerts_topic[1], want=1, timeout=2), "capacity_wait") == []
+
+
+def test_a_resolution_decided_before_a_crash_is_published_by_the_next_leader(
+    devstack, bucket, engine_for, alerts_topic
+):
+    """The write that clears `capacity_wait` is stored, then the controller stops before the
+    publish (here: its lease check fails at that very point). The resolution travels in the
+    job's outbox with that write, so the next leader publishes it, once."""
+    leader = engine_for(capacity_wait_alert_seconds=0.3)
+    devstack.vertex.set_stockout(queue_seconds=120)
+    try:
+        accept(leader, request("al-lost", bucket, args=["--steps", "400"], policy=FAST), {})
+        drive(leader, "al-lost", lambda d: leader.alerts.is_firing("capacity_wait", "al-lost"))
+        (fired,) = only(read_alerts(alerts_topic[1]), "capacity_wait")
+        assert fired["state"] == "firing"
+
+        def stops_before_the_resolution(what: str) -> float:
+            if what == "resolve an alert":
+                raise LeaseNotHeld("the controller stopped here")
+            return float("inf")
+
+        leader.guard = stops_before_the_resolution
+        devstack.vertex.set_stockout()  # capacity returns: the attempt runs
+        with pytest.raises(Deposed):
+            drive(leader, "al-lost", lambda d: False, timeout=60)
+    finally:
+        devstack.vertex.set_stockout()
+    stored = JobRecord.from_dict(leader.store.get(job_key("al-lost")).document).state
+    assert stored.phase.value == "running" and stored.firing == ()  # the clearing write is stored
+    assert only(read_alerts(alerts_topic[1], want=1, timeout=2), "capacity_wait") == []  # not sent
+
+    successor = engine_for(capacity_wait_alert_seconds=0.3)  # knows only the store
+    successor.fence = lambda: 7
+    successor.run_pass()
+    (resolved,) = only(read_alerts(alerts_topic[1], timeout=20), "capacity_wait")
+    assert resolved["state"] == "resolved" and resolved["jobId"] == "al-lost"
+    assert resolved["attempt"] == 1 and "running" in resolved["summary"]
+    successor.run_pass()
+    assert only(read_alerts(alerts_topic[1], want=1, timeout=2), "capacity_wait") == []  # once
+    cancel_and_finish(successor, "al-lost")
 
 
 def test_two_preemptions_within_the_window_raise_preemption_storm(devstack, bucket, engine_for, alerts_topic):
