@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from controller.core import elastic
+from controller.core import confirm, elastic
 from controller.core import events as ev
 from controller.core.actions import (
     Action,
@@ -30,7 +30,7 @@ from controller.core.actions import (
     ScheduleWakeup,
     SubmitAttempt,
 )
-from controller.core.classify import Ending, Observation, classify, needs_vertex_error
+from controller.core.classify import Ending, Observation, classify, needs_vertex_error, provisional
 from controller.core.elastic import ElasticPolicy
 from controller.core.model import (
     VERTEX_RUNNING,
@@ -241,6 +241,10 @@ def _on_submit_failed(
 def _on_vertex_observed(
     state: JobState, event: ev.VertexObserved, now: float, rng: random.Random, config: CoreConfig
 ) -> Outcome:
+    earlier = next((a for a in confirm.pending(state) if a.number == event.attempt), None)
+    if earlier is not None and earlier.vertex_name == event.vertex_name:
+        # Read again after its ending was decided: Vertex's error confirms or corrects it.
+        return confirm.confirm(state, earlier, event, _observation(state, event, earlier)), []
     current = _attempt(state, event.attempt)
     if current is None or current.ended:
         return state, list(_cancel_if_stray(event))
@@ -342,6 +346,16 @@ def _on_timer(
     return state, alerts + _shrink_check_wakeup(state)
 
 
+def _on_timer_and_confirmations(
+    state: JobState, event: ev.TimerFired, now: float, rng: random.Random, config: CoreConfig
+) -> Outcome:
+    state, actions = _on_timer(state, event, now, rng, config)
+    if state.phase.terminal:
+        return state, actions
+    state, reads = confirm.recheck(state, now, config.error_settle_seconds, config.error_recheck_seconds)
+    return state, actions + reads
+
+
 def _on_cancel(
     state: JobState, event: ev.CancelRequested, now: float, rng: random.Random, config: CoreConfig
 ) -> Outcome:
@@ -365,7 +379,7 @@ _HANDLERS: dict[type, Callable[..., Outcome]] = {
     ev.VertexObserved: _on_vertex_observed,
     ev.VertexJobMissing: _on_vertex_job_missing,
     ev.CheckpointObserved: _on_checkpoint_observed,
-    ev.TimerFired: _on_timer,
+    ev.TimerFired: _on_timer_and_confirmations,
     ev.CancelRequested: _on_cancel,
 }
 
@@ -373,8 +387,9 @@ _HANDLERS: dict[type, Callable[..., Outcome]] = {
 # --- the restart policy at an attempt's end --------------------------------------------------
 
 
-def _observation(state: JobState, event: ev.VertexObserved) -> Observation:
-    current = _current(state)
+def _observation(state: JobState, event: ev.VertexObserved, attempt: Attempt | None = None) -> Observation:
+    current = attempt or _current(state)
+    committed = [s for s in (state.latest_checkpoint_step, event.exit_committed_step) if s is not None]
     return Observation(
         event.vertex_state,
         event.error_code,
@@ -382,7 +397,15 @@ def _observation(state: JobState, event: ev.VertexObserved) -> Observation:
         event.exit_reason,
         spot=event.spot,
         ran=current.started_at is not None or event.start_time is not None,
+        replica_exits=event.replica_exits,
+        committed_step=max(committed) if committed else None,
+        final_step=event.final_step if event.final_step is not None else state.final_step,
     )
+
+
+def _training_started(event: ev.VertexObserved) -> bool:
+    """The trainer got past start-up: its chief or a replica recorded a step."""
+    return event.exit_step is not None or any(r.step is not None for r in event.replica_exits)
 
 
 def _settle_unexplained_failure(
@@ -407,7 +430,9 @@ def _end_attempt(
     state: JobState, event: ev.VertexObserved, now: float, rng: random.Random, config: CoreConfig
 ) -> Outcome:
     current = _current(state)
-    verdict = classify(_observation(state, event))
+    observation = _observation(state, event)
+    verdict = classify(observation)
+    evidence = confirm.describe(event.replica_exits, observation.own_failure(), state.job_id, current.number)
     made_progress = state.latest_checkpoint_step is not None and (
         current.resume_from_step is None or state.latest_checkpoint_step > current.resume_from_step
     )
@@ -425,7 +450,10 @@ def _end_attempt(
         checkpoint_step_at_end=state.latest_checkpoint_step,
         progress_unknown=unknown,
         started_at=current.started_at or event.start_time,
+        provisional=provisional(observation) and not state.cancel_requested,
+        evidence=evidence,
     )
+    state = replace(state, final_step=observation.final_step)
     ran = _current(state).started_at is not None
 
     if state.cancel_requested:
@@ -467,10 +495,10 @@ def _end_attempt(
     if verdict.ending is Ending.PREEMPTED:
         # A reclaim the trainer confirmed is no crash, progress or not. One inferred from Vertex's
         # ending alone may be a crash in disguise: without checkpoint progress it counts toward
-        # the crash-loop limit (never toward maxFailures).
-        stalled = (
-            state.no_progress_streak + 1 if verdict.inferred and not unknown else state.no_progress_streak
-        )
+        # the crash-loop limit (never toward maxFailures), but only once training had started: a
+        # reclaim during start-up says nothing about the program.
+        counts = verdict.inferred and not unknown and _training_started(event)
+        stalled = state.no_progress_streak + 1 if counts else state.no_progress_streak
         state = replace(
             state,
             preemptions=state.preemptions + 1,
@@ -489,7 +517,8 @@ def _end_attempt(
         state = replace(state, failures=state.failures + 1)
         if (ran or verdict.ending is Ending.USER_ERROR) and not unknown:
             state = replace(state, no_progress_streak=0 if made_progress else state.no_progress_streak + 1)
-        what = f"{verdict.ending.value} ({verdict.rule}): {event.error_message}".strip()
+        said = "; ".join(x for x in (evidence, event.error_message.strip()) if x)
+        what = f"{verdict.ending.value} ({verdict.rule}): {said}".strip().rstrip(":")
         if verdict.permanent:
             return _fail(state, "job_failed", f"attempt {current.number} failed permanently: {what}", now)
         if state.failures > state.policy.max_failures:
@@ -558,6 +587,16 @@ def _current(state: JobState) -> Attempt:
 
 
 def _start_attempt(state: JobState, now: float, replicas: elastic.Size | None = None) -> Outcome:
+    final = state.final_step
+    if (
+        final is not None
+        and state.latest_checkpoint_step is not None
+        and state.latest_checkpoint_step >= final
+    ):
+        # The final step's checkpoint is committed: an attempt would train 0 steps.
+        return _terminal(
+            state, Phase.SUCCEEDED, f"completed (checkpoint of the final step {final} committed)"
+        )
     switch_after = state.policy.on_demand_after_preemptions
     attempt = Attempt(
         number=len(state.attempts) + 1,
