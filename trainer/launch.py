@@ -261,6 +261,7 @@ def write_replica_record(
     codes = [o.exit_code if o is not None else None for o in outcomes]
     detail = f"worker exit codes {codes} (None: killed before reporting)"
     known = next((o.detail for o in outcomes if o is not None and o.detail), None)
+    step = max((o.step for o in outcomes if o is not None and o.step is not None), default=None)
     try:
         write_replica_exit(
             cfg.checkpoint_uri,
@@ -275,6 +276,7 @@ def write_replica_record(
                 signal=layout.SIGNAL_OOM_KILL
                 if oom
                 else ("SIGTERM" if reason == layout.REASON_PREEMPTED else None),
+                step=step,
                 detail=f"{known}; {detail}" if known else detail,
                 final=True,
             ),

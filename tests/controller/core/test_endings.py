@@ -170,3 +170,16 @@ def test_an_ending_before_start_without_an_error_is_capacity_at_once_and_correct
         ev.VertexObserved(1, vname(1), "FAILED", 7, "Permission denied on the service account.", spot=True)
     )
     assert run.state.attempts[0].ending is Ending.INFRASTRUCTURE and run.state.failures == 1
+
+
+def test_a_correction_is_on_the_timeline_saying_why():
+    from controller.readmodel.jobs import transition_entries
+
+    run = started_run(max_failures=3)
+    run.ended(1, "FAILED")
+    before = run.state
+    oom = "The replica workerpool1-0 ran out of memory and exited with a non-zero status of 137."
+    event = ev.VertexObserved(1, vname(1), "FAILED", 3, oom, spot=True)
+    run.feed(event)
+    (line,) = [e for e in transition_entries(before, run.state, event, [], run.now) if "corrected" in str(e)]
+    assert "preempted" in str(line) and "user_error (out-of-memory)" in str(line)
