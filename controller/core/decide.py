@@ -30,7 +30,14 @@ from controller.core.actions import (
     ScheduleWakeup,
     SubmitAttempt,
 )
-from controller.core.classify import Ending, Observation, classify, needs_vertex_error, provisional
+from controller.core.classify import (
+    Classification,
+    Ending,
+    Observation,
+    classify,
+    needs_vertex_error,
+    provisional,
+)
 from controller.core.elastic import ElasticPolicy
 from controller.core.model import (
     VERTEX_RUNNING,
@@ -426,6 +433,19 @@ def _settle_unexplained_failure(
     return state, [ScheduleWakeup(min(due, now + config.error_recheck_seconds))]
 
 
+@dataclass(frozen=True)
+class _Ended:
+    """One ending, as the named actions below read it."""
+
+    event: ev.VertexObserved
+    verdict: Classification
+    evidence: str  # what the trainer's records say failed ("" when nothing)
+    made_progress: bool  # the checkpoint moved past this attempt's resume point
+    unknown: bool  # the checkpoint root was unreadable and no progress was seen
+    ran: bool  # the attempt reached RUNNING
+    number: int
+
+
 def _end_attempt(
     state: JobState, event: ev.VertexObserved, now: float, rng: random.Random, config: CoreConfig
 ) -> Outcome:
@@ -454,81 +474,148 @@ def _end_attempt(
         evidence=evidence,
     )
     state = replace(state, final_step=observation.final_step)
-    ran = _current(state).started_at is not None
+    ended = _Ended(
+        event,
+        verdict,
+        evidence,
+        made_progress,
+        unknown,
+        _current(state).started_at is not None,
+        current.number,
+    )
+    return ENDING_ACTIONS[action_for(state, verdict)](state, ended, now, rng, config)
 
+
+def action_for(state: JobState, verdict: Classification) -> str:
+    """The name of what follows an ending (a row of ENDING_ACTIONS)."""
     if state.cancel_requested:
-        if verdict.ending is Ending.SUCCEEDED:
-            return _terminal(state, Phase.SUCCEEDED, "completed before the cancel took effect")
-        return _terminal(state, Phase.CANCELLED, "cancelled by request")
-    if verdict.ending is Ending.SUCCEEDED:
-        return _terminal(state, Phase.SUCCEEDED, "completed")
-    if verdict.ending is Ending.CANCELLED:
-        state, actions = _terminal(state, Phase.CANCELLED, "cancelled outside Relaunch")
-        alert = RaiseAlert(
-            "job_cancelled_externally",
-            "WARNING",
-            f"job {state.job_id} was cancelled outside Relaunch",
-            _alert_details(state),
-        )
-        return state, [alert, *actions]
-    if verdict.ending is Ending.NO_USABLE_CHECKPOINT:
-        return _no_usable_checkpoint(state, event, now, rng)
+        return "stop-as-requested"
+    if verdict.permanent:
+        return "fail-permanently"
+    return ACTION_OF_ENDING[verdict.ending]
 
-    retry_streak = 1 if made_progress else state.retry_streak + 1
-    state = replace(state, retry_streak=retry_streak)
-    alerts: list[Action] = []
-    if verdict.ending is Ending.CAPACITY:
-        if not ran and _smaller_size(state) is not None:
-            # Vertex has already waited and said no (its stockout ending): a smaller gang at once.
-            since = state.capacity_wait_since if state.capacity_wait_since is not None else now
-            state, alerts = _capacity_refused(
-                replace(state, capacity_wait_since=since), now, event.error_message
-            )
-            state, actions = _start_attempt(state, now, replicas=_smaller_size(state))
-            return state, [*alerts, *actions]
-        # Refused before it ran: nobody's fault and no progress to judge. Wait minutes, not seconds.
-        delay = max(state.policy.backoff.delay(retry_streak, rng), config.capacity_retry_seconds)
-        wake = now + delay
-        state = replace(state, phase=Phase.BACKING_OFF, next_attempt_at=wake)
-        state, alerts = _capacity_refused(state, now, event.error_message)
-        return state, [*alerts, ScheduleWakeup(wake)]
-    if verdict.ending is Ending.PREEMPTED:
-        # A reclaim the trainer confirmed is no crash, progress or not. One inferred from Vertex's
-        # ending alone may be a crash in disguise: without checkpoint progress it counts toward
-        # the crash-loop limit (never toward maxFailures), but only once training had started: a
-        # reclaim during start-up says nothing about the program.
-        counts = verdict.inferred and not unknown and _training_started(event)
-        stalled = state.no_progress_streak + 1 if counts else state.no_progress_streak
-        state = replace(
+
+def _stop_as_requested(
+    state: JobState, ended: _Ended, now: float, rng: random.Random, config: CoreConfig
+) -> Outcome:
+    if ended.verdict.ending is Ending.SUCCEEDED:
+        return _terminal(state, Phase.SUCCEEDED, "completed before the cancel took effect")
+    return _terminal(state, Phase.CANCELLED, "cancelled by request")
+
+
+def _finish(state: JobState, ended: _Ended, now: float, rng: random.Random, config: CoreConfig) -> Outcome:
+    if ended.verdict.rule == "final-checkpoint-committed":
+        return _terminal(
             state,
-            preemptions=state.preemptions + 1,
-            no_progress_streak=0 if made_progress else stalled,
+            Phase.SUCCEEDED,
+            f"completed (the final step's checkpoint is committed; {ended.verdict.rule})",
         )
-        limit = state.policy.max_preemptions
-        if limit is not None and state.preemptions > limit:
-            return _fail(
-                state,
-                "job_failed",
-                f"preempted {state.preemptions} times, more than maxPreemptions={limit}",
-                now,
-            )
-        state, alerts = _preemption_storm_alert(state, now, config)
-    else:
-        state = replace(state, failures=state.failures + 1)
-        if (ran or verdict.ending is Ending.USER_ERROR) and not unknown:
-            state = replace(state, no_progress_streak=0 if made_progress else state.no_progress_streak + 1)
-        said = "; ".join(x for x in (evidence, event.error_message.strip()) if x)
-        what = f"{verdict.ending.value} ({verdict.rule}): {said}".strip().rstrip(":")
-        if verdict.permanent:
-            return _fail(state, "job_failed", f"attempt {current.number} failed permanently: {what}", now)
-        if state.failures > state.policy.max_failures:
-            return _fail(
-                state,
-                "job_failed",
-                f"failure budget exhausted ({state.failures} failures, "
-                f"maxFailures={state.policy.max_failures}); last: {what}",
-                now,
-            )
+    return _terminal(state, Phase.SUCCEEDED, "completed")
+
+
+def _cancelled_outside(
+    state: JobState, ended: _Ended, now: float, rng: random.Random, config: CoreConfig
+) -> Outcome:
+    state, actions = _terminal(state, Phase.CANCELLED, "cancelled outside Relaunch")
+    alert = RaiseAlert(
+        "job_cancelled_externally",
+        "WARNING",
+        f"job {state.job_id} was cancelled outside Relaunch",
+        _alert_details(state),
+    )
+    return state, [alert, *actions]
+
+
+def _restart_from_scratch_or_fail(
+    state: JobState, ended: _Ended, now: float, rng: random.Random, config: CoreConfig
+) -> Outcome:
+    return _no_usable_checkpoint(state, ended.event, now, rng)
+
+
+def _streak(state: JobState, ended: _Ended) -> JobState:
+    return replace(state, retry_streak=1 if ended.made_progress else state.retry_streak + 1)
+
+
+def _wait_for_capacity(
+    state: JobState, ended: _Ended, now: float, rng: random.Random, config: CoreConfig
+) -> Outcome:
+    """Refused before it ran: nobody's fault and no progress to judge. The shrink applier first;
+    otherwise wait minutes, not seconds."""
+    state = _streak(state, ended)
+    message = ended.event.error_message
+    if not ended.ran and _smaller_size(state) is not None:
+        # Vertex has already waited and said no (its stockout ending): a smaller gang at once.
+        since = state.capacity_wait_since if state.capacity_wait_since is not None else now
+        state, alerts = _capacity_refused(replace(state, capacity_wait_since=since), now, message)
+        state, actions = _start_attempt(state, now, replicas=_smaller_size(state))
+        return state, [*alerts, *actions]
+    delay = max(state.policy.backoff.delay(state.retry_streak, rng), config.capacity_retry_seconds)
+    wake = now + delay
+    state = replace(state, phase=Phase.BACKING_OFF, next_attempt_at=wake)
+    state, alerts = _capacity_refused(state, now, message)
+    return state, [*alerts, ScheduleWakeup(wake)]
+
+
+def _restart_not_counted(
+    state: JobState, ended: _Ended, now: float, rng: random.Random, config: CoreConfig
+) -> Outcome:
+    """A preemption: never spends maxFailures (the spot -> on-demand applier in _start_attempt
+    reads the count). A reclaim the trainer confirmed is no crash, progress or not. One inferred
+    from Vertex's ending alone may be a crash in disguise: without checkpoint progress it counts
+    toward the crash-loop limit, but only once training had started: a reclaim during start-up
+    says nothing about the program."""
+    state = _streak(state, ended)
+    counts = ended.verdict.inferred and not ended.unknown and _training_started(ended.event)
+    stalled = state.no_progress_streak + 1 if counts else state.no_progress_streak
+    state = replace(
+        state, preemptions=state.preemptions + 1, no_progress_streak=0 if ended.made_progress else stalled
+    )
+    limit = state.policy.max_preemptions
+    if limit is not None and state.preemptions > limit:
+        return _fail(
+            state, "job_failed", f"preempted {state.preemptions} times, more than maxPreemptions={limit}", now
+        )
+    state, alerts = _preemption_storm_alert(state, now, config)
+    return _restart(state, alerts, now, rng)
+
+
+def _what(ended: _Ended) -> str:
+    said = "; ".join(x for x in (ended.evidence, ended.event.error_message.strip()) if x)
+    return f"{ended.verdict.ending.value} ({ended.verdict.rule}): {said}".strip().rstrip(":")
+
+
+def _charge(state: JobState, ended: _Ended) -> JobState:
+    state = replace(_streak(state, ended), failures=state.failures + 1)
+    if (ended.ran or ended.verdict.ending is Ending.USER_ERROR) and not ended.unknown:
+        state = replace(state, no_progress_streak=0 if ended.made_progress else state.no_progress_streak + 1)
+    return state
+
+
+def _fail_permanently(
+    state: JobState, ended: _Ended, now: float, rng: random.Random, config: CoreConfig
+) -> Outcome:
+    state = _charge(state, ended)
+    return _fail(state, "job_failed", f"attempt {ended.number} failed permanently: {_what(ended)}", now)
+
+
+def _restart_counted(
+    state: JobState, ended: _Ended, now: float, rng: random.Random, config: CoreConfig
+) -> Outcome:
+    """A failure: spends maxFailures, and the job fails once the budget is spent."""
+    state = _charge(state, ended)
+    if state.failures > state.policy.max_failures:
+        return _fail(
+            state,
+            "job_failed",
+            f"failure budget exhausted ({state.failures} failures, "
+            f"maxFailures={state.policy.max_failures}); last: {_what(ended)}",
+            now,
+        )
+    return _restart(state, [], now, rng)
+
+
+def _restart(state: JobState, alerts: list[Action], now: float, rng: random.Random) -> Outcome:
+    """Back off before the next attempt, unless the attempts keep ending without progress."""
     if state.no_progress_streak >= state.policy.crash_loop_attempts:
         return _fail(
             state,
@@ -537,11 +624,39 @@ def _end_attempt(
             f"progress (crashLoopAttempts={state.policy.crash_loop_attempts})",
             now,
         )
-
-    delay = state.policy.backoff.delay(retry_streak, rng)
-    wake = now + delay
+    wake = now + state.policy.backoff.delay(state.retry_streak, rng)
     state = replace(state, phase=Phase.BACKING_OFF, next_attempt_at=wake)
     return state, [*alerts, ScheduleWakeup(wake)]
+
+
+_Apply = Callable[[JobState, _Ended, float, random.Random, CoreConfig], Outcome]
+
+# What follows an ending, as a table of named actions (JobSet's failure policy names its actions
+# the same way). The ending picks the action; a cancel asked for, or a permanent verdict, comes
+# first (`action_for`). The appliers that shape the next attempt are named too: "shrink" (a
+# smaller gang, `_wait_for_capacity` and `_replace_smaller`) and "spot -> on-demand"
+# (`_start_attempt`, after onDemandAfterPreemptions).
+ACTION_OF_ENDING: dict[Ending, str] = {
+    Ending.SUCCEEDED: "finish",
+    Ending.CANCELLED: "cancelled-outside",
+    Ending.NO_USABLE_CHECKPOINT: "restart-from-scratch-or-fail",
+    Ending.CAPACITY: "wait-for-capacity",
+    Ending.PREEMPTED: "restart-not-counted",
+    Ending.USER_ERROR: "restart-counted",
+    Ending.INFRASTRUCTURE: "restart-counted",
+    Ending.TIMEOUT: "restart-counted",
+}
+
+ENDING_ACTIONS: dict[str, _Apply] = {
+    "stop-as-requested": _stop_as_requested,
+    "finish": _finish,
+    "cancelled-outside": _cancelled_outside,
+    "restart-from-scratch-or-fail": _restart_from_scratch_or_fail,
+    "wait-for-capacity": _wait_for_capacity,
+    "restart-not-counted": _restart_not_counted,
+    "restart-counted": _restart_counted,
+    "fail-permanently": _fail_permanently,
+}
 
 
 def _no_usable_checkpoint(

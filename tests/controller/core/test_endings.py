@@ -183,3 +183,11 @@ def test_a_correction_is_on_the_timeline_saying_why():
     run.feed(event)
     (line,) = [e for e in transition_entries(before, run.state, event, [], run.now) if "corrected" in str(e)]
     assert "preempted" in str(line) and "user_error (out-of-memory)" in str(line)
+
+
+def test_every_ending_has_a_named_action_and_every_named_action_is_used():
+    from controller.core.decide import ACTION_OF_ENDING, ENDING_ACTIONS
+
+    assert set(ACTION_OF_ENDING) == set(Ending)
+    assert set(ACTION_OF_ENDING.values()) | {"stop-as-requested", "fail-permanently"} == set(ENDING_ACTIONS)
+    assert ACTION_OF_ENDING[Ending.PREEMPTED] == "restart-not-counted"
