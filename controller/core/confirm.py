@@ -45,12 +45,16 @@ def pending(state: JobState) -> list[Attempt]:
 
 def recheck(state: JobState, now: float, settle: float, every: float) -> tuple[JobState, list[Action]]:
     """At a wake-up: read each provisional attempt's CustomJob again, or, past the bound, take
-    the ending as final (Vertex never said otherwise)."""
+    the ending as final (Vertex never said otherwise). A reclaim inferred without any evidence of
+    progress then joins the crash-loop count after all, if nothing ended since: a program that
+    dies at once, leaves no record, and whose error never comes is still stopped."""
     actions: list[Action] = []
     for attempt in pending(state):
         due = (attempt.ended_at or now) + settle
         if now >= due:
             state = _replace_attempt(state, replace(attempt, provisional=False))
+            if _stalled_unseen(state, attempt) and attempt.ending is Ending.PREEMPTED:
+                state = _add_stall(state, attempt)
             continue
         actions += [
             ReadVertexJob(attempt.vertex_name or "", attempt.number),
@@ -61,7 +65,7 @@ def recheck(state: JobState, now: float, settle: float, every: float) -> tuple[J
 
 def confirm(state: JobState, attempt: Attempt, event: ev.VertexObserved, obs: Observation) -> JobState:
     """`event`: attempt's CustomJob read again after its ending was decided. With Vertex's error
-    in it, confirm or correct; without, nothing yet."""
+    in it, confirm or correct; without, nothing yet. The caller judges the budgets afterwards."""
     if event.error_code == 0 and not event.error_message.strip():
         return state
     verdict = classify(obs)
@@ -85,7 +89,31 @@ def confirm(state: JobState, attempt: Attempt, event: ev.VertexObserved, obs: Ob
         preemptions += 1
     if new == _FAILURE:
         failures += 1
+        if _stalled_unseen(state, settled) and (
+            settled.started_at is not None or verdict.ending is Ending.USER_ERROR
+        ):
+            state = _add_stall(state, settled)
     return replace(state, preemptions=max(0, preemptions), failures=max(0, failures))
+
+
+def _stalled_unseen(state: JobState, attempt: Attempt) -> bool:
+    """The attempt made no checkpoint progress, its stall is not counted yet, and no attempt
+    that ended after it made progress (which reset the streak: this stall is no longer part of
+    the run of stalls it counts)."""
+    later = any(_progressed(a) for a in state.attempts if a.number > attempt.number and a.ended)
+    return not later and not _progressed(attempt) and not attempt.stalled and not attempt.progress_unknown
+
+
+def _progressed(attempt: Attempt) -> bool:
+    return attempt.checkpoint_step_at_end is not None and (
+        attempt.resume_from_step is None or attempt.checkpoint_step_at_end > attempt.resume_from_step
+    )
+
+
+def _add_stall(state: JobState, attempt: Attempt) -> JobState:
+    current = next(a for a in state.attempts if a.number == attempt.number)
+    state = _replace_attempt(state, replace(current, stalled=True))
+    return replace(state, no_progress_streak=state.no_progress_streak + 1)
 
 
 def describe(replicas: tuple[ReplicaExit, ...], failed: ReplicaExit | None, job_id: str, attempt: int) -> str:

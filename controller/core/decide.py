@@ -251,7 +251,8 @@ def _on_vertex_observed(
     earlier = next((a for a in confirm.pending(state) if a.number == event.attempt), None)
     if earlier is not None and earlier.vertex_name == event.vertex_name:
         # Read again after its ending was decided: Vertex's error confirms or corrects it.
-        return confirm.confirm(state, earlier, event, _observation(state, event, earlier)), []
+        state = confirm.confirm(state, earlier, event, _observation(state, event, earlier))
+        return _judge_budgets(state, now, "corrected by Vertex's error")
     current = _attempt(state, event.attempt)
     if current is None or current.ended:
         return state, list(_cancel_if_stray(event))
@@ -360,7 +361,32 @@ def _on_timer_and_confirmations(
     if state.phase.terminal:
         return state, actions
     state, reads = confirm.recheck(state, now, config.error_settle_seconds, config.error_recheck_seconds)
-    return state, actions + reads
+    state, judged = _judge_budgets(state, now, "no error from Vertex within the settle bound")
+    return state, actions + (judged if state.phase.terminal else reads)
+
+
+def _judge_budgets(state: JobState, now: float, why: str) -> Outcome:
+    """After an ending's record changed later (confirm.py): the budgets it now spends may end the
+    job. Never a new attempt; a live one is cancelled when the job fails."""
+    if state.phase.terminal:
+        return state, []
+    if state.failures > state.policy.max_failures:
+        reason = f"failure budget exhausted ({state.failures} failures, maxFailures={state.policy.max_failures}; {why})"
+        kind = "job_failed"
+    elif state.no_progress_streak >= state.policy.crash_loop_attempts:
+        reason = (
+            f"{state.no_progress_streak} consecutive attempts ended without checkpoint progress "
+            f"(crashLoopAttempts={state.policy.crash_loop_attempts}; {why})"
+        )
+        kind = "crash_loop"
+    else:
+        return state, []
+    current = state.current
+    live = current is not None and not current.ended and current.vertex_name is not None
+    state, actions = _fail(state, kind, reason, now)
+    if live and current is not None and current.vertex_name is not None:
+        actions.append(CancelVertexJob(current.vertex_name, current.number))
+    return state, actions
 
 
 def _on_cancel(
@@ -570,6 +596,8 @@ def _restart_not_counted(
     state = replace(
         state, preemptions=state.preemptions + 1, no_progress_streak=0 if ended.made_progress else stalled
     )
+    if counts and not ended.made_progress:
+        state = state.with_current(stalled=True)
     limit = state.policy.max_preemptions
     if limit is not None and state.preemptions > limit:
         return _fail(
@@ -588,6 +616,7 @@ def _charge(state: JobState, ended: _Ended) -> JobState:
     state = replace(_streak(state, ended), failures=state.failures + 1)
     if (ended.ran or ended.verdict.ending is Ending.USER_ERROR) and not ended.unknown:
         state = replace(state, no_progress_streak=0 if ended.made_progress else state.no_progress_streak + 1)
+        state = state.with_current(stalled=not ended.made_progress)
     return state
 
 

@@ -79,6 +79,8 @@ class Attempt:
     # What the trainer's records say failed, for reasons and alerts ("workerpool0-1 exit 1 at
     # step 25: RuntimeError: ...").
     evidence: str = ""
+    # This ending already added to the job's no-progress streak (the crash-loop count).
+    stalled: bool = False
 
     @property
     def ended(self) -> bool:

@@ -191,3 +191,31 @@ def test_every_ending_has_a_named_action_and_every_named_action_is_used():
     assert set(ACTION_OF_ENDING) == set(Ending)
     assert set(ACTION_OF_ENDING.values()) | {"stop-as-requested", "fail-permanently"} == set(ENDING_ACTIONS)
     assert ACTION_OF_ENDING[Ending.PREEMPTED] == "restart-not-counted"
+
+
+def test_a_correction_that_spends_the_last_failure_fails_the_job_and_cancels_the_live_attempt():
+    from controller.core.actions import CancelVertexJob
+
+    run = started_run(max_failures=0)
+    run.ended(1, "FAILED")
+    run.wake()
+    run.submitted(2)
+    run.running(2)
+    msg = "The replica workerpool0-0 exited with a non-zero status of 1."
+    actions = run.feed(ev.VertexObserved(1, vname(1), "FAILED", 3, msg, spot=True))
+    assert run.state.phase is Phase.FAILED and "corrected by Vertex's error" in run.state.terminal_reason
+    assert CancelVertexJob(vname(2), 2) in actions and submits(actions) == []
+
+
+def test_silent_endings_without_progress_still_end_as_a_crash_loop_once_the_error_never_comes():
+    run = Run.start(max_failures=0, crash_loop_attempts=2)
+    run.config = CoreConfig(error_settle_seconds=100, error_recheck_seconds=1)
+    for n in (1, 2):
+        run.submitted(n)
+        run.running(n)
+        run.ended(n, "FAILED")
+        run.wake()
+    assert run.state.phase is not Phase.FAILED  # decided as reclaims, nothing known against them
+    run.feed(ev.TimerFired(), at=run.now + 200)
+    assert run.state.phase is Phase.FAILED and run.state.failures == 0
+    assert "crashLoopAttempts=2" in run.state.terminal_reason
