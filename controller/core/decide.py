@@ -604,7 +604,9 @@ def _restart_not_counted(
             state, "job_failed", f"preempted {state.preemptions} times, more than maxPreemptions={limit}", now
         )
     state, alerts = _preemption_storm_alert(state, now, config)
-    return _restart(state, alerts, now, rng)
+    # A reclaim after progress is nobody's fault and says nothing about the next attempt: it
+    # starts at once. Reclaims in a row without progress back off as failures do.
+    return _restart(state, alerts, now, rng, at_once=ended.made_progress)
 
 
 def _what(ended: _Ended) -> str:
@@ -643,7 +645,9 @@ def _restart_counted(
     return _restart(state, [], now, rng)
 
 
-def _restart(state: JobState, alerts: list[Action], now: float, rng: random.Random) -> Outcome:
+def _restart(
+    state: JobState, alerts: list[Action], now: float, rng: random.Random, *, at_once: bool = False
+) -> Outcome:
     """Back off before the next attempt, unless the attempts keep ending without progress."""
     if state.no_progress_streak >= state.policy.crash_loop_attempts:
         return _fail(
@@ -653,7 +657,7 @@ def _restart(state: JobState, alerts: list[Action], now: float, rng: random.Rand
             f"progress (crashLoopAttempts={state.policy.crash_loop_attempts})",
             now,
         )
-    wake = now + state.policy.backoff.delay(state.retry_streak, rng)
+    wake = now if at_once else now + state.policy.backoff.delay(state.retry_streak, rng)
     state = replace(state, phase=Phase.BACKING_OFF, next_attempt_at=wake)
     return state, [*alerts, ScheduleWakeup(wake)]
 

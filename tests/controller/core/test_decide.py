@@ -47,12 +47,20 @@ def test_preemption_resubmits_from_latest_checkpoint_without_spending_failures()
     run.feed(ev.CheckpointObserved(40, "gs://b/ckpt/step-0000000040"))
     actions = run.ended(1, "FAILED", 8, PREEMPTED)
     assert run.state.phase is Phase.BACKING_OFF
+    # A reclaim after progress is nobody's fault: the next attempt is due at once, no backoff.
     (wake,) = [a for a in actions if isinstance(a, ScheduleWakeup)]
-    assert 8 <= wake.at - run.now <= 12  # first retry: initial delay 10 s with 20% jitter
+    assert wake.at == run.now
     assert run.state.preemptions == 1 and run.state.failures == 0
-    assert run.feed(ev.TimerFired()) == [ScheduleWakeup(wake.at)]  # too early: nothing yet
     actions = run.wake()
     assert submits(actions) == [SubmitAttempt(2, "gs://b/ckpt/step-0000000040", 40, False, True)]
+
+
+def test_reclaims_in_a_row_without_progress_back_off():
+    run = Run.start(max_failures=0, crash_loop_attempts=100)
+    run.submitted(1)
+    run.preempted(1)
+    delay = run.state.next_attempt_at - run.now
+    assert 8 <= delay <= 12  # no progress: the backoff's first delay, 10 s with 20% jitter
 
 
 def test_trainer_exit_record_marks_preemption_even_with_a_generic_error():
