@@ -2,7 +2,7 @@
 (a benchmark script, not a test).
 
 devstack as Google documents it: a reclaim gives 15 s of grace, and the failed job's `error` is
-set about a minute after its end. One 2-node Spot job of simulated replicas (no process), the
+set about a minute after its end. One 2-node Spot job (two pools of one replica) of simulated replicas (no process), the
 controller as its own process with default settings and the request's default restart policy.
 Before each reclaim the script commits a checkpoint one step further, as a trainer would (a
 simulated replica trains nothing), so every reclaim follows progress. The latency is the
@@ -34,7 +34,7 @@ ROOT = f"gs://bench/ckpt/{JOB}"
 def two_node_request() -> bytes:
     pool = {
         "machineSpec": {"machineType": "n1-standard-4"},
-        "replicaCount": 2,
+        "replicaCount": 1,
         "containerSpec": {
             "imageUri": "bench",
             "command": ["true"],
@@ -44,7 +44,7 @@ def two_node_request() -> bytes:
     return json.dumps(
         {
             "jobId": JOB,
-            "jobSpec": {"workerPoolSpecs": [pool], "scheduling": {"strategy": "SPOT"}},
+            "jobSpec": {"workerPoolSpecs": [pool, pool], "scheduling": {"strategy": "SPOT"}},
             "checkpoint": {"uri": ROOT},
         }
     ).encode()

@@ -201,6 +201,10 @@ def status_document(document: Json, *, with_timeline: bool = True) -> Json:
                 "checkpointInterval": _interval_of(document, a["number"]),
                 "trainerFigures": (document.get(TRAINER_FIGURES_FIELD) or {}).get(str(a["number"])),
                 "progressUnknown": a.get("progress_unknown", False),
+                # What the trainer's records say failed (replica, code, step, exception, the logs
+                # command), and whether Vertex's error may still correct the ending.
+                "evidence": a.get("evidence", ""),
+                "provisional": a.get("provisional", False),
                 # Replicas per pool this attempt asked for (the request's unless it was shrunk).
                 "replicas": list(a.get("replicas") or requested),
                 "shrunk": a.get("replicas") is not None and list(a["replicas"]) != requested,
