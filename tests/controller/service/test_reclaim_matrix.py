@@ -38,7 +38,9 @@ def test_every_reclaim_in_the_matrix_is_a_preemption_resumed_from_the_newest_che
         doc = _wait_for_progress(engine, job, attempt, step)
         step = doc["latestCheckpointStep"]
         name = doc["attempts"][-1]["vertexJob"]
-        assert devstack.vertex.preempt(name, grace_seconds=grace, end_job=True, error_code=code, error_text=text)
+        assert devstack.vertex.preempt(
+            name, grace_seconds=grace, end_job=True, error_code=code, error_text=text
+        )
         doc = drive(engine, job, lambda d, n=attempt: d["attempts"][n - 1]["ending"] is not None)
         ended = doc["attempts"][attempt - 1]
         assert ended["ending"] == "preempted", (grace, code, text, ended)
