@@ -252,7 +252,10 @@ def _on_vertex_observed(
     if earlier is not None and earlier.vertex_name == event.vertex_name:
         # Read again after its ending was decided: Vertex's error confirms or corrects it.
         state = confirm.confirm(state, earlier, event, _observation(state, event, earlier))
-        return _judge_budgets(state, now, "corrected by Vertex's error")
+        settled = next(a for a in state.attempts if a.number == earlier.number)
+        said = "; ".join(x for x in (settled.evidence, event.error_message.strip()) if x)
+        why = f"attempt {settled.number} corrected by Vertex's error to {settled.ending.value if settled.ending else '?'} ({settled.rule}): {said}"
+        return _judge_budgets(state, now, why)
     current = _attempt(state, event.attempt)
     if current is None or current.ended:
         return state, list(_cancel_if_stray(event))
