@@ -206,12 +206,23 @@ def _spot_reclaim(obs: Observation) -> bool:
     failure records)."""
     if not (obs.spot and obs.ran and obs.vertex_state == "FAILED"):
         return False
-    if obs.exit_reason not in (None, REASON_PREEMPTED, REASON_STOPPED_BY_PEER):
+    if obs.exit_reason not in (None, REASON_PREEMPTED, REASON_STOPPED_BY_PEER) and not _peer_vanished(obs):
         return False  # the trainer said how it ended
     status = _exit_status(obs)
     if status is not None and status not in _STOPPED_EXIT_CODES:
         return False  # Vertex quotes a trainer exit code of its own (rendezvous timeout, ...)
     return obs.error_code not in _REQUEST_CODES
+
+
+def _peer_vanished(obs: Observation) -> bool:
+    """The chief's `runtime_error` was the gang breaking, not its code: the replicas that left a
+    record say they were stopped by a peer, none failed on its own (a reclaimed node, gone at
+    once, leaves none)."""
+    return (
+        obs.exit_reason == REASON_RUNTIME_ERROR
+        and obs.own_failure() is None
+        and any(r.reason == REASON_STOPPED_BY_PEER for r in obs.replica_exits)
+    )
 
 
 def _out_of_memory(obs: Observation) -> bool:

@@ -219,3 +219,19 @@ def test_silent_endings_without_progress_still_end_as_a_crash_loop_once_the_erro
     run.feed(ev.TimerFired(), at=run.now + 200)
     assert run.state.phase is Phase.FAILED and run.state.failures == 0
     assert "crashLoopAttempts=2" in run.state.terminal_reason
+
+
+def test_a_chief_runtime_error_from_a_vanished_peer_on_spot_is_a_reclaim():
+    """One node reclaimed without warning: the survivors' gloo calls fail (the chief records
+    runtime_error), their own records say stopped_by_peer, the vanished node left none."""
+    run = started_run(max_failures=0)
+    survivors = (ReplicaExit("workerpool0-0", "stopped_by_peer", 70, step=12),)
+    run.ended(1, "FAILED", exit_reason="runtime_error", exit_step=12, replica_exits=survivors)
+    assert run.state.current.ending is Ending.PREEMPTED and run.state.failures == 0
+
+
+def test_a_chief_runtime_error_of_its_own_stays_a_user_error():
+    run = started_run(max_failures=0)
+    own = (ReplicaExit("workerpool0-0", "runtime_error", 70, step=12, detail="ValueError: boom"),)
+    run.ended(1, "FAILED", exit_reason="runtime_error", exit_step=12, replica_exits=own)
+    assert run.state.phase is Phase.FAILED and run.state.preemptions == 0
