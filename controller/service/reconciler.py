@@ -46,7 +46,7 @@ from controller.core.actions import (
     SubmitAttempt,
 )
 from controller.core.decide import decide, pending_alerts
-from controller.core.model import JobState, Phase
+from controller.core.model import Attempt, JobState, Phase
 from controller.jobrecord import JobRecord
 from controller.readmodel.jobs import TIMELINE_LIMIT, transition_entries
 from controller.request import JobRequest, parse_request
@@ -196,14 +196,14 @@ class Reconciler:
     def _transitioned(self, old: JobState, new: JobState, document: dict[str, Any]) -> None:
         for observe in self.on_transition:
             observe(old, new, document)
-        if (
-            new.current
-            and new.current.ended
-            and not (old.current and old.current.number == new.current.number and old.current.ended)
-        ):
-            if new.phase.terminal:
-                crash_point("after-terminal-write")
-            self._learn_ending(new)
+        # Every attempt that ended in this write (with a restart at once, the next attempt is
+        # already current by the time the write is made).
+        was_ended = {a.number for a in old.attempts if a.ended}
+        for attempt in new.attempts:
+            if attempt.ended and attempt.number not in was_ended:
+                if new.phase.terminal:
+                    crash_point("after-terminal-write")
+                self._learn_ending(new, attempt)
 
     # ==== act ==============================================================================
     def _act(
@@ -319,14 +319,12 @@ class Reconciler:
         self._requests.pop(job_id, None)
         self.vertex.lane.leave(job_id)
 
-    def _learn_ending(self, state: JobState) -> None:
-        """The current attempt just ended: keep the trainer's figures (goodput) and teach the
-        checkpoint interval's rate book. A failure here must not stop the job: the job stays in
-        the live index until its endings are counted, and a later look catches up."""
-        current = state.current
+    def _learn_ending(self, state: JobState, attempt: Attempt) -> None:
+        """`attempt` just ended: keep the trainer's figures (goodput) and teach the checkpoint
+        interval's rate book. A failure here must not stop the job: the job stays in the live
+        index until its endings are counted, and a later look catches up."""
         try:
-            if current is not None:
-                self.intervals.on_ending(state.job_id, self._request(state.job_id), current, self.clock())
+            self.intervals.on_ending(state.job_id, self._request(state.job_id), attempt, self.clock())
         except (Fenced, LeaseNotHeld):
             raise
         except Exception:
