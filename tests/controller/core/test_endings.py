@@ -5,7 +5,7 @@ import pytest
 
 from controller.core import events as ev
 from controller.core.actions import ReadVertexJob, SubmitAttempt
-from controller.core.classify import SIGNAL_OOM_KILL, Ending, ReplicaExit
+from controller.core.classify import Ending, ReplicaExit
 from controller.core.decide import CoreConfig
 from controller.core.model import Phase
 from tests.support.core_driver import Run, vname
@@ -127,6 +127,8 @@ def test_reclaims_during_start_up_do_not_count_toward_the_crash_loop():
 
 
 def test_out_of_memory_seen_by_the_launcher_is_a_failure_naming_replica_code_and_step():
+    from trainer.layout import SIGNAL_OOM_KILL
+
     run = started_run(max_failures=0)
     records = (
         ReplicaExit("workerpool0-0", "stopped_by_peer", 143, step=25),
