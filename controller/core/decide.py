@@ -255,7 +255,7 @@ def _on_vertex_observed(
         settled = next(a for a in state.attempts if a.number == earlier.number)
         said = "; ".join(x for x in (settled.evidence, event.error_message.strip()) if x)
         why = f"attempt {settled.number} corrected by Vertex's error to {settled.ending.value if settled.ending else '?'} ({settled.rule}): {said}"
-        return _judge_budgets(state, now, why)
+        return _judge_budgets(state, now, why, attempt=settled.number)
     current = _attempt(state, event.attempt)
     if current is None or current.ended:
         return state, list(_cancel_if_stray(event))
@@ -368,7 +368,7 @@ def _on_timer_and_confirmations(
     return state, actions + (judged if state.phase.terminal else reads)
 
 
-def _judge_budgets(state: JobState, now: float, why: str) -> Outcome:
+def _judge_budgets(state: JobState, now: float, why: str, *, attempt: int | None = None) -> Outcome:
     """After an ending's record changed later (confirm.py): the budgets it now spends may end the
     job. Never a new attempt; a live one is cancelled when the job fails."""
     if state.phase.terminal:
@@ -387,6 +387,11 @@ def _judge_budgets(state: JobState, now: float, why: str) -> Outcome:
     current = state.current
     live = current is not None and not current.ended and current.vertex_name is not None
     state, actions = _fail(state, kind, reason, now)
+    if attempt is not None:  # the alert names the attempt whose ending was corrected
+        actions = [
+            replace(a, details={**a.details, "attempt": attempt}) if isinstance(a, RaiseAlert) else a
+            for a in actions
+        ]
     if live and current is not None and current.vertex_name is not None:
         actions.append(CancelVertexJob(current.vertex_name, current.number))
     return state, actions
