@@ -112,11 +112,15 @@ class Settings(BaseSettings):
     error_settle_seconds: float = Field(
         90.0,
         ge=0,
-        description="How long a FAILED Vertex job read with no error (Vertex sets it about a minute "
-        "after the end) is read again before its ending is classified with what there is.",
+        description="The stated bound on waiting for a FAILED job's error (Vertex sets it about a "
+        "minute after the end). Endings are decided at once from the evidence; the error, read "
+        "again until this long after the end, confirms or corrects the record. Only a started "
+        "non-Spot attempt with no error and no decisive trainer record waits, this long at most.",
     )
     error_recheck_seconds: float = Field(
-        10.0, gt=0, description="While waiting for a FAILED job's error, read the job again this often."
+        10.0,
+        gt=0,
+        description="While a FAILED job's error is awaited (to decide or to confirm), read it this often.",
     )
     capacity_retry_seconds: float = Field(
         120.0,

@@ -99,6 +99,7 @@ def run_launcher(argv: list[str]) -> int:
     nproc = cfg.nproc_per_node or default_nproc()
     status_dir = tempfile.mkdtemp(prefix="relaunch-node-")
     signalled = False
+    ooms_before = oom_kills()
     try:
         code, record_written, signalled = launch_workers(argv, cfg, topology, nproc, status_dir, log)
     finally:
@@ -107,10 +108,37 @@ def run_launcher(argv: list[str]) -> int:
     # Global rank 0 lives on node 0: if it could not write the attempt's exit record, we do.
     if topology.node_rank == 0 and not record_written and cfg.checkpoint_uri:
         write_fallback_exit_record(cfg, identity, code, log)
+    oom = oom_killed(ooms_before, oom_kills(), outcomes)
+    if oom:
+        log.error("a worker was killed for running out of memory (cgroup oom_kill grew)", exit_code=code)
     if cfg.checkpoint_uri:
-        write_replica_record(cfg, identity, topology, code, outcomes, signalled, log)
+        write_replica_record(cfg, identity, topology, code, outcomes, signalled, log, oom=oom)
     log.info("node finished", exit_code=code, workers=[o.exit_code if o else None for o in outcomes])
     return code
+
+
+# cgroup v2 counts the kills of its OOM killer here (the kernel's cgroup-v2 documentation,
+# "memory.events": oom_kill). Absent outside a cgroup v2 container: then no OOM is inferred.
+MEMORY_EVENTS = "/sys/fs/cgroup/memory.events"
+
+
+def oom_kills(path: str = MEMORY_EVENTS) -> int | None:
+    try:
+        with open(path, encoding="ascii") as events:
+            for line in events:
+                name, _, value = line.partition(" ")
+                if name == "oom_kill":
+                    return int(value)
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def oom_killed(before: int | None, after: int | None, outcomes: list[WorkerOutcome | None]) -> bool:
+    """A worker died of SIGKILL (no outcome written, or -9/137) while the OOM counter grew."""
+    if before is None or after is None or after <= before:
+        return False
+    return any(o is None or o.exit_code in (-9, 137) for o in outcomes)
 
 
 def check_factories(cfg: TrainConfig) -> None:
@@ -223,14 +251,17 @@ def write_replica_record(
     outcomes: list[WorkerOutcome | None],
     signalled: bool,
     log,
+    *,
+    oom: bool = False,
 ) -> None:
     """This replica's own final exit record (every node writes one, see docs/contracts.md)."""
     from trainer.storage import write_replica_exit
 
-    reason = replica_reason(code, outcomes, signalled)
+    reason = layout.REASON_RUNTIME_ERROR if oom else replica_reason(code, outcomes, signalled)
     codes = [o.exit_code if o is not None else None for o in outcomes]
     detail = f"worker exit codes {codes} (None: killed before reporting)"
     known = next((o.detail for o in outcomes if o is not None and o.detail), None)
+    step = max((o.step for o in outcomes if o is not None and o.step is not None), default=None)
     try:
         write_replica_exit(
             cfg.checkpoint_uri,
@@ -242,7 +273,10 @@ def write_replica_record(
                 node_rank=topology.node_rank,
                 reason=reason,
                 exit_code=code,
-                signal="SIGTERM" if reason == layout.REASON_PREEMPTED else None,
+                signal=layout.SIGNAL_OOM_KILL
+                if oom
+                else ("SIGTERM" if reason == layout.REASON_PREEMPTED else None),
+                step=step,
                 detail=f"{known}; {detail}" if known else detail,
                 final=True,
             ),

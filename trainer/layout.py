@@ -56,6 +56,9 @@ EXIT_REASONS = (
     REASON_NO_USABLE_CHECKPOINT,
 )
 REPLICA_EXIT_REASONS = (*EXIT_REASONS, REASON_STOPPED_BY_PEER)
+# The signal a replica's record names when the kernel's OOM killer ended one of its workers (the
+# launcher saw the cgroup's memory.events oom_kill counter grow), told apart from any other kill.
+SIGNAL_OOM_KILL = "SIGKILL (out of memory)"
 
 # The exit code each reason is reported with (preempted: 75 when saved, else 76).
 REASON_OF_EXIT_CODE = {
@@ -342,6 +345,9 @@ class ExitRecord:
     # restarts from scratch (the newest step a checkpoint existed for, or the resume floor).
     checkpoint_root: str | None = None
     steps_lost: int | None = None
+    # The step training ends at (--steps): with it the controller knows a checkpoint committed
+    # at that step is the last one, and starts no attempt that would train 0 steps.
+    final_step: int | None = None
 
     def __post_init__(self) -> None:
         if self.reason not in EXIT_REASONS:
@@ -364,6 +370,7 @@ class ExitRecord:
             ("vertexJobId", self.vertex_job_id),
             ("checkpointRoot", self.checkpoint_root),
             ("stepsLost", self.steps_lost),
+            ("finalStep", self.final_step),
         ):
             if value is not None:
                 doc[key] = value
@@ -392,6 +399,7 @@ class ExitRecord:
             vertex_job_id=_optional(doc, "vertexJobId", str),
             checkpoint_root=_optional(doc, "checkpointRoot", str),
             steps_lost=_optional(doc, "stepsLost", int),
+            final_step=_optional(doc, "finalStep", int),
         )
 
 

@@ -387,6 +387,7 @@ def record(
             checkpoint_saved=saved,
             signal=signal,
             vertex_job_id=identity.vertex_job_id,
+            final_step=cfg.steps,
             **extra,
         ),
     )

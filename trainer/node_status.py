@@ -22,7 +22,8 @@ class WorkerOutcome:
     exit_record_written: bool
     reason: str | None = None  # why this worker stopped (a replica exit reason)
     signalled: bool = False  # this worker itself received SIGTERM
-    detail: str | None = None  # what broke the gang (a peer loss), when the worker knows
+    detail: str | None = None  # what broke the gang (a peer loss), or the exception's type and last line
+    step: int | None = None  # the step the worker stopped at, when it got that far
 
 
 class NodeStatus:
@@ -52,6 +53,7 @@ class NodeStatus:
         reason: str | None = None,
         signalled: bool = False,
         detail: str | None = None,
+        step: int | None = None,
     ) -> None:
         self._write(
             f"exit-{local_rank}",
@@ -61,6 +63,7 @@ class NodeStatus:
                 "reason": reason,
                 "signalled": signalled,
                 "detail": detail,
+                "step": step,
             },
         )
 
@@ -82,6 +85,7 @@ class NodeStatus:
                         doc.get("reason"),
                         bool(doc.get("signalled")),
                         doc.get("detail"),
+                        doc.get("step") if isinstance(doc.get("step"), int) else None,
                     )
                 )
             except (OSError, ValueError, KeyError):

@@ -41,7 +41,13 @@ def main(argv: list[str] | None = None) -> None:
     outcome = run(sys.argv[1:] if argv is None else argv, flag, status)
     _ENDING.acquire()  # a peer-loss exit under way ends the process itself; wait for it
     status.mark_exited(
-        local_rank, outcome.code, outcome.record_written, outcome.reason, flag.requested, outcome.detail
+        local_rank,
+        outcome.code,
+        outcome.record_written,
+        outcome.reason,
+        flag.requested,
+        outcome.detail,
+        outcome.step,
     )
     sys.stdout.flush()
     sys.stderr.flush()
@@ -54,7 +60,8 @@ class Outcome:
     code: int
     record_written: bool  # this process wrote the attempt's exit record
     reason: str  # a layout.REPLICA_EXIT_REASONS value, for this replica's own record
-    detail: str | None = None  # for the replica's record: what broke the gang, when we know
+    detail: str | None = None  # for the replica's record: what broke the gang, or the exception
+    step: int | None = None  # the step this worker stopped at
 
 
 # Texts of the errors gloo / NCCL / the c10d store raise when the other end of the gang is gone.
@@ -104,6 +111,7 @@ def run(argv: list[str], flag: PreemptionFlag, status: NodeStatus | None = None)
 
     progress = Progress()
     extra: dict = {}
+    detail: str | None = None
     heartbeat = None
     try:
         if cfg.deterministic:
@@ -120,7 +128,7 @@ def run(argv: list[str], flag: PreemptionFlag, status: NodeStatus | None = None)
         reason = layout.REASON_OF_EXIT_CODE[code]
         if reason == layout.REASON_PREEMPTED and not flag.requested:
             reason = layout.REASON_STOPPED_BY_PEER  # the gang stopped for another replica's signal
-        return Outcome(code, rank == 0 and bool(cfg.checkpoint_uri), reason)
+        return Outcome(code, rank == 0 and bool(cfg.checkpoint_uri), reason, None, progress.step)
     except ConfigError as exc:
         code, reason = layout.EXIT_CONFIG, layout.REASON_CONFIG_ERROR
         log.error("configuration error", error=str(exc))
@@ -137,6 +145,7 @@ def run(argv: list[str], flag: PreemptionFlag, status: NodeStatus | None = None)
             code, reason = layout.EXIT_CONFIG, layout.REASON_CONFIG_ERROR
             print(f"relaunch-train: --deterministic: {exc}", file=sys.stderr)
         log.exception("training failed", error=f"{type(exc).__name__}: {exc}", step=progress.step)
+        detail = exception_line(exc)
         if looks_like_peer_loss(exc):
             reason = layout.REASON_STOPPED_BY_PEER
     if heartbeat is not None:
@@ -149,7 +158,14 @@ def run(argv: list[str], flag: PreemptionFlag, status: NodeStatus | None = None)
             written = bool(cfg.checkpoint_uri)
         except Exception as exc:  # the exit code still tells the story
             log.error("could not write exit record", error=str(exc))
-    return Outcome(code, written, reason)
+    return Outcome(code, written, reason, detail, progress.step)
+
+
+def exception_line(exc: BaseException) -> str:
+    """The exception's type and the last non-empty line of its message, for the replica's record
+    (the controller bounds and escapes it again before showing it)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return f"{type(exc).__name__}: {lines[-1]}"[:200] if lines else type(exc).__name__
 
 
 def start_heartbeat(peer_timeout: float, on_loss):

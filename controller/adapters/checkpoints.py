@@ -112,6 +112,22 @@ class _GcsReader:
             _log.warning("checkpoint bucket does not exist", bucket=self._bucket.name)
             return []
 
+    def list_files(self, prefix: str = "") -> list[str]:
+        """Keys (below the root) of every object under `prefix` (one folder of exit records)."""
+        name = self._name(prefix)
+        start = len(self._prefix) + 1 if self._prefix else 0
+
+        def list_once() -> list[str]:
+            listing = self._client.list_blobs(
+                self._bucket, prefix=f"{name}/" if name else "", timeout=self._timeout, retry=None
+            )
+            return sorted(blob.name[start:] for blob in listing)
+
+        try:
+            return gcs_client.call(list_once, what=f"list {name}")
+        except gexc.NotFound:
+            return []
+
 
 class CheckpointProbe:
     def __init__(self, client: Any = None, *, timeout: float = gcs_client.CALL_TIMEOUT_SECONDS):
@@ -212,6 +228,20 @@ class CheckpointProbe:
             else:
                 log.info("no exit record")
         return record
+
+    def replica_exits(
+        self, checkpoint_uri: str, attempt: int, *, vertex_job_id: str | None = None
+    ) -> list[layout.ReplicaExit]:
+        """Every replica's own exit record of `attempt`'s CustomJob (`vertex_job_id`); [] when
+        none was left or the folder cannot be read (the chief's record and Vertex still speak)."""
+        try:
+            return storage.read_replica_exits(self._open(checkpoint_uri), attempt, vertex_job_id)
+        except Exception as exc:
+            refusal = _refusal(exc, checkpoint_uri, "storage.objects.list")
+            if refusal is not None:
+                raise refusal from exc
+            _log.warning("replica exit records unreadable", checkpoint_uri=checkpoint_uri, error=repr(exc))
+            return []
 
     @staticmethod
     def _warn_about_rejected_markers(reader: Any, chosen: layout.CommitMarker | None, log: Any) -> None:

@@ -123,18 +123,20 @@ class Observer:
             return AttemptObservation(
                 attempt, vertex_name, observed_event(job, attempt), from_listing=from_listing
             )
-        checkpoint, exit_record, unreadable = None, None, None
+        checkpoint, exit_record, unreadable, replicas = None, None, None, []
         try:
             latest = self.checkpoints.latest(checkpoint_uri)
             if latest is not None:
                 checkpoint = ev.CheckpointObserved(latest.step, latest.uri)
-            exit_record = self.checkpoints.exit_record(
-                checkpoint_uri, attempt, vertex_job_id=vertex_name.rsplit("/", 1)[-1]
-            )
+            vertex_job_id = vertex_name.rsplit("/", 1)[-1]
+            exit_record = self.checkpoints.exit_record(checkpoint_uri, attempt, vertex_job_id=vertex_job_id)
+            replicas = self.checkpoints.replica_exits(checkpoint_uri, attempt, vertex_job_id=vertex_job_id)
         except CheckpointsUnreadable as error:
             # Not a passing fault: waiting cannot help, and the ending must still be applied.
             unreadable = error
-        observed = observed_event(job, attempt, exit_record, progress_unknown=unreadable is not None)
+        observed = observed_event(
+            job, attempt, exit_record, progress_unknown=unreadable is not None, replica_exits=replicas
+        )
         return AttemptObservation(attempt, vertex_name, observed, checkpoint, unreadable, from_listing)
 
     def latest_checkpoint(self, checkpoint_uri: str) -> ev.CheckpointObserved | None:

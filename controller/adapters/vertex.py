@@ -15,7 +15,7 @@ for quota can never stretch the time between "none exists" and CreateCustomJob.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +30,7 @@ from controller import logs
 from controller.adapters.create_lane import CreateLane
 from controller.adapters.ratelimit import RateLimiter
 from controller.core import events as ev
+from controller.core.classify import ReplicaExit
 from controller.core.model import VERTEX_TERMINAL
 from controller.request.labels import ATTEMPT_LABEL, JOB_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE, labels_for
 from controller.settings import Settings
@@ -97,9 +98,10 @@ def observed_event(
     exit_record: layout.ExitRecord | None = None,
     *,
     progress_unknown: bool = False,
+    replica_exits: Iterable[layout.ReplicaExit] = (),
 ) -> ev.VertexObserved:
     """What the decision core needs to know of one CustomJob read from Vertex (and, once it has
-    ended, of the trainer's exit record for it)."""
+    ended, of the trainer's exit records for it: the chief's and every replica's)."""
     return ev.VertexObserved(
         attempt=attempt,
         vertex_name=job.name,
@@ -113,6 +115,35 @@ def observed_event(
         checkpoint_root=exit_record.checkpoint_root if exit_record else None,
         steps_lost=exit_record.steps_lost if exit_record else None,
         progress_unknown=progress_unknown,
+        exit_step=exit_record.step if exit_record else None,
+        exit_committed_step=exit_record.last_committed_step if exit_record else None,
+        final_step=exit_record.final_step if exit_record else None,
+        replica_exits=tuple(replica_fact(r) for r in replica_exits),
+    )
+
+
+# Bounds on what a trainer-written text may put into a reason, an alert or the status page.
+DETAIL_LIMIT = 240
+
+
+def bounded_text(text: str | None, limit: int = DETAIL_LIMIT) -> str | None:
+    """`text` with control characters escaped (a record could carry terminal escapes) and cut to
+    `limit` characters."""
+    if text is None:
+        return None
+    escaped = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    return escaped if len(escaped) <= limit else escaped[: limit - 1] + "…"
+
+
+def replica_fact(record: layout.ReplicaExit) -> ReplicaExit:
+    """A replica's exit record as the core's facts, its free text bounded and escaped."""
+    return ReplicaExit(
+        replica=bounded_text(record.replica, 64) or "?",
+        reason=record.reason,
+        exit_code=record.exit_code,
+        signal=bounded_text(record.signal, 64),
+        step=record.step,
+        detail=bounded_text(record.detail),
     )
 
 

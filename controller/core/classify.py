@@ -46,6 +46,8 @@ from trainer.layout import (
     REASON_PREEMPTED,
     REASON_RENDEZVOUS_TIMEOUT,
     REASON_RUNTIME_ERROR,
+    REASON_STOPPED_BY_PEER,
+    SIGNAL_OOM_KILL,
 )
 
 
@@ -67,9 +69,12 @@ class Ending(str, Enum):
 CODE_CANCELLED = 1
 CODE_INVALID_ARGUMENT = 3
 CODE_DEADLINE_EXCEEDED = 4
+CODE_NOT_FOUND = 5
+CODE_PERMISSION_DENIED = 7
 CODE_RESOURCE_EXHAUSTED = 8
 CODE_INTERNAL = 13
 CODE_UNAVAILABLE = 14
+CODE_UNAUTHENTICATED = 16
 
 # Trainer exit codes (docs/contracts.md) that Vertex quotes in its "non-zero status" message.
 _PREEMPTED_EXIT_CODES = frozenset({EXIT_PREEMPTED_SAVED, EXIT_PREEMPTED_UNSAVED})
@@ -92,11 +97,26 @@ DECISIVE_EXIT_REASONS = frozenset(
 
 @dataclass(frozen=True)
 class ReplicaExit:
-    """One replica's own account of how it stopped (per-replica exit records; not read yet)."""
+    """One replica's own account of how it stopped (`trainer.layout.ReplicaExit`, as facts)."""
 
     replica: str  # workerpool{i}-{j}
-    reason: str  # an exit-record reason, e.g. "preempted", or "gang_torn_down"
+    reason: str  # an exit-record reason, e.g. "preempted", or "stopped_by_peer"
     exit_code: int | None = None
+    signal: str | None = None
+    step: int | None = None
+    detail: str | None = None  # bounded, control characters escaped by the adapter
+
+    @property
+    def failed_on_its_own(self) -> bool:
+        """The replica's own program failed (not stopped by a signal or by its peers)."""
+        return self.reason not in _NOT_OWN_FAILURE or self.out_of_memory
+
+    @property
+    def out_of_memory(self) -> bool:
+        return self.signal == SIGNAL_OOM_KILL
+
+
+_NOT_OWN_FAILURE = frozenset({REASON_PREEMPTED, REASON_STOPPED_BY_PEER, REASON_COMPLETED})
 
 
 @dataclass(frozen=True)
@@ -109,7 +129,25 @@ class Observation:
     exit_reason: str | None = None  # from the chief's exit record, when one was found
     spot: bool = False  # the attempt ran on Spot VMs (only those are reclaimed)
     ran: bool = False  # the attempt reached RUNNING (Vertex set start_time)
-    replica_exits: tuple[ReplicaExit, ...] = ()  # reserved for per-replica exit records
+    replica_exits: tuple[ReplicaExit, ...] = ()  # every replica's own record that was found
+    # The newest committed step (checkpoint root or the chief's record) and the step training
+    # ends at (the chief's record), when known.
+    committed_step: int | None = None
+    final_step: int | None = None
+
+    @property
+    def final_committed(self) -> bool:
+        return (
+            self.final_step is not None
+            and self.committed_step is not None
+            and (self.committed_step >= self.final_step)
+        )
+
+    def own_failure(self) -> ReplicaExit | None:
+        """The first replica whose own record says its program failed (OOM first)."""
+        failed = [r for r in self.replica_exits if r.failed_on_its_own]
+        failed.sort(key=lambda r: (not r.out_of_memory, r.replica))
+        return failed[0] if failed else None
 
 
 @dataclass(frozen=True)
@@ -139,7 +177,9 @@ _RECLAIM_TEXT = re.compile(
 )
 _INTERNAL_TEXT = re.compile(r"internal error", re.IGNORECASE)
 _CAPACITY_CODES = frozenset({CODE_RESOURCE_EXHAUSTED, CODE_UNAVAILABLE})
-_RECLAIM_CODES = frozenset({CODE_RESOURCE_EXHAUSTED, CODE_INTERNAL, CODE_UNAVAILABLE})
+# Codes that say the job's access or identity was wrong: never what a reclaim leaves. (Vertex
+# reports a replica's non-zero exit as 3 INVALID_ARGUMENT, so 3 is judged by its exit status.)
+_REQUEST_CODES = frozenset({CODE_NOT_FOUND, CODE_PERMISSION_DENIED, CODE_UNAUTHENTICATED})
 
 
 def _exit_status(obs: Observation) -> int | None:
@@ -160,24 +200,50 @@ def _has_no_error(obs: Observation) -> bool:
 
 
 def _spot_reclaim(obs: Observation) -> bool:
+    """Any code and any wording: Google documents neither for a Spot reclaim, so what decides is
+    that the attempt was Spot, had started, and no evidence says its own program failed (the rows
+    before this one took Vertex's named replica, out of memory, timeouts and the trainer's own
+    failure records)."""
     if not (obs.spot and obs.ran and obs.vertex_state == "FAILED"):
         return False
-    if obs.exit_reason not in (None, REASON_PREEMPTED):
+    if obs.exit_reason not in (None, REASON_PREEMPTED, REASON_STOPPED_BY_PEER) and not _peer_vanished(obs):
         return False  # the trainer said how it ended
+    status = _exit_status(obs)
+    if status is not None and status not in _STOPPED_EXIT_CODES:
+        return False  # Vertex quotes a trainer exit code of its own (rendezvous timeout, ...)
+    return obs.error_code not in _REQUEST_CODES
+
+
+def _peer_vanished(obs: Observation) -> bool:
+    """The chief's `runtime_error` was the gang breaking, not its code: the replicas that left a
+    record say they were stopped by a peer, none failed on its own (a reclaimed node, gone at
+    once, leaves none)."""
     return (
-        obs.error_code in _RECLAIM_CODES
-        or bool(_RECLAIM_TEXT.search(obs.error_message))
-        or _exit_status(obs) in _KILLED_EXIT_CODES
-        or _has_no_error(obs)
+        obs.exit_reason == REASON_RUNTIME_ERROR
+        and obs.own_failure() is None
+        and any(r.reason == REASON_STOPPED_BY_PEER for r in obs.replica_exits)
     )
+
+
+def _out_of_memory(obs: Observation) -> bool:
+    if bool(_OUT_OF_MEMORY.search(obs.error_message)):
+        return True
+    failed = obs.own_failure()
+    return failed is not None and failed.out_of_memory
+
+
+def _replica_record_error(obs: Observation) -> bool:
+    return obs.own_failure() is not None
 
 
 def _capacity_before_start(obs: Observation) -> bool:
-    return (
-        not obs.ran
-        and obs.vertex_state == "FAILED"
-        and (obs.error_code in _CAPACITY_CODES or bool(_CAPACITY_TEXT.search(obs.error_message)))
-    )
+    """Vertex ended it before it ran: with a capacity code or text, or (its error not set yet)
+    with no word from the trainer, whose program never started."""
+    if obs.ran or obs.vertex_state != "FAILED":
+        return False
+    if obs.error_code in _CAPACITY_CODES or bool(_CAPACITY_TEXT.search(obs.error_message)):
+        return True
+    return _has_no_error(obs) and obs.exit_reason is None and not obs.replica_exits
 
 
 RULES: tuple[Rule, ...] = (
@@ -192,6 +258,14 @@ RULES: tuple[Rule, ...] = (
         lambda o: o.vertex_state in ("CANCELLED", "CANCELLING"),
         Ending.CANCELLED,
         why="Someone cancelled the job (Relaunch or a person).",
+    ),
+    Rule(
+        "final-checkpoint-committed",
+        lambda o: o.vertex_state == "FAILED" and o.final_committed,
+        Ending.SUCCEEDED,
+        why="The checkpoint of the step training ends at is committed (the chief's record names "
+        "that step; the checkpoint root or the record shows it committed): the work is done, "
+        "whatever ended the CustomJob afterwards (a reclaim as training finished).",
     ),
     Rule(
         "config-error",
@@ -210,11 +284,24 @@ RULES: tuple[Rule, ...] = (
         "not the user's error, and never silent; the restart policy says what follows.",
     ),
     Rule(
+        "out-of-memory",
+        _out_of_memory,
+        Ending.USER_ERROR,
+        why="Vertex's documented text ('ran out of memory') or the trainer's launcher saw the "
+        "kernel's OOM killer end a worker: a failure of the program's size, never a preemption.",
+    ),
+    Rule(
         "replica-exit-error",
         _replica_failed_on_its_own,
         Ending.USER_ERROR,
         why="Vertex names a replica that exited with an error status of its own; it beats the "
         "chief's SIGTERM record, which the gang teardown caused.",
+    ),
+    Rule(
+        "replica-record-error",
+        _replica_record_error,
+        Ending.USER_ERROR,
+        why="A replica's own exit record says its program failed (not a signal, not its peers).",
     ),
     Rule(
         "timeout",
@@ -243,14 +330,16 @@ RULES: tuple[Rule, ...] = (
         _spot_reclaim,
         Ending.PREEMPTED,
         inferred=True,
-        why="A started Spot attempt ended FAILED with a capacity/unavailable/internal code or text, "
-        "a killed replica or no error: what a reclaim looks like under every plausible wording.",
+        why="A started Spot attempt ended FAILED, with any code but a request error (8, 10, 13, "
+        "14 or none yet) and any wording, and no evidence that its own program failed: Google "
+        "documents neither the code nor the text of a reclaim.",
     ),
     Rule(
         "capacity-before-start",
         _capacity_before_start,
         Ending.CAPACITY,
-        why="No capacity or quota before the attempt ran: back off, spend no failure budget.",
+        why="No capacity or quota before the attempt ran (or an ending before start with no error "
+        "yet and no word from the trainer): back off, spend no failure budget.",
     ),
     Rule(
         "rendezvous-timeout",
@@ -299,11 +388,17 @@ def classify(obs: Observation) -> Classification:
 
 
 def needs_vertex_error(obs: Observation) -> bool:
-    """A FAILED ending that should not be classified yet: Vertex sets `error` about a minute after
-    the job ends, and neither the job nor the trainer has said anything decisive so far.
+    """A FAILED ending the evidence cannot decide yet, so Vertex's `error` (set about a minute
+    after the end) is waited for, up to a bound: an attempt that ran, not on Spot, with no error,
+    and neither the chief nor any replica recorded a decisive reason. Every other ending is
+    decided at once; Vertex's error, when it comes, confirms or corrects it (`provisional`)."""
+    if obs.vertex_state != "FAILED" or not _has_no_error(obs):
+        return False
+    if obs.exit_reason in DECISIVE_EXIT_REASONS or obs.own_failure() is not None or obs.final_committed:
+        return False
+    return obs.ran and not obs.spot
 
-    A `preempted` record is not decisive: the chief also gets SIGTERM when Vertex tears the gang
-    down after another replica failed, which only Vertex's error tells."""
-    return (
-        obs.vertex_state == "FAILED" and _has_no_error(obs) and obs.exit_reason not in DECISIVE_EXIT_REASONS
-    )
+
+def provisional(obs: Observation) -> bool:
+    """Decided before Vertex said why the job failed: its error, read later, may correct it."""
+    return obs.vertex_state == "FAILED" and _has_no_error(obs)

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from controller.core import elastic
+from controller.core import confirm, elastic
 from controller.core import events as ev
 from controller.core.actions import (
     Action,
@@ -30,7 +30,14 @@ from controller.core.actions import (
     ScheduleWakeup,
     SubmitAttempt,
 )
-from controller.core.classify import Ending, Observation, classify, needs_vertex_error
+from controller.core.classify import (
+    Classification,
+    Ending,
+    Observation,
+    classify,
+    needs_vertex_error,
+    provisional,
+)
 from controller.core.elastic import ElasticPolicy
 from controller.core.interval_choice import IntervalInputs, choose
 from controller.core.model import (
@@ -258,6 +265,14 @@ def _on_submit_failed(
 def _on_vertex_observed(
     state: JobState, event: ev.VertexObserved, now: float, rng: random.Random, config: CoreConfig
 ) -> Outcome:
+    earlier = next((a for a in confirm.pending(state) if a.number == event.attempt), None)
+    if earlier is not None and earlier.vertex_name == event.vertex_name:
+        # Read again after its ending was decided: Vertex's error confirms or corrects it.
+        state = confirm.confirm(state, earlier, event, _observation(state, event, earlier))
+        settled = next(a for a in state.attempts if a.number == earlier.number)
+        said = "; ".join(x for x in (settled.evidence, event.error_message.strip()) if x)
+        why = f"attempt {settled.number} corrected by Vertex's error to {settled.ending.value if settled.ending else '?'} ({settled.rule}): {said}"
+        return _judge_budgets(state, now, why, attempt=settled.number)
     current = _attempt(state, event.attempt)
     if current is None or current.ended:
         return state, list(_cancel_if_stray(event))
@@ -359,6 +374,46 @@ def _on_timer(
     return state, alerts + _shrink_check_wakeup(state)
 
 
+def _on_timer_and_confirmations(
+    state: JobState, event: ev.TimerFired, now: float, rng: random.Random, config: CoreConfig
+) -> Outcome:
+    state, actions = _on_timer(state, event, now, rng, config)
+    if state.phase.terminal:
+        return state, actions
+    state, reads = confirm.recheck(state, now, config.error_settle_seconds, config.error_recheck_seconds)
+    state, judged = _judge_budgets(state, now, "no error from Vertex within the settle bound")
+    return state, actions + (judged if state.phase.terminal else reads)
+
+
+def _judge_budgets(state: JobState, now: float, why: str, *, attempt: int | None = None) -> Outcome:
+    """After an ending's record changed later (confirm.py): the budgets it now spends may end the
+    job. Never a new attempt; a live one is cancelled when the job fails."""
+    if state.phase.terminal:
+        return state, []
+    if state.failures > state.policy.max_failures:
+        reason = f"failure budget exhausted ({state.failures} failures, maxFailures={state.policy.max_failures}; {why})"
+        kind = "job_failed"
+    elif state.no_progress_streak >= state.policy.crash_loop_attempts:
+        reason = (
+            f"{state.no_progress_streak} consecutive attempts ended without checkpoint progress "
+            f"(crashLoopAttempts={state.policy.crash_loop_attempts}; {why})"
+        )
+        kind = "crash_loop"
+    else:
+        return state, []
+    current = state.current
+    live = current is not None and not current.ended and current.vertex_name is not None
+    state, actions = _fail(state, kind, reason, now)
+    if attempt is not None:  # the alert names the attempt whose ending was corrected
+        actions = [
+            replace(a, details={**a.details, "attempt": attempt}) if isinstance(a, RaiseAlert) else a
+            for a in actions
+        ]
+    if live and current is not None and current.vertex_name is not None:
+        actions.append(CancelVertexJob(current.vertex_name, current.number))
+    return state, actions
+
+
 def _on_cancel(
     state: JobState, event: ev.CancelRequested, now: float, rng: random.Random, config: CoreConfig
 ) -> Outcome:
@@ -382,7 +437,7 @@ _HANDLERS: dict[type, Callable[..., Outcome]] = {
     ev.VertexObserved: _on_vertex_observed,
     ev.VertexJobMissing: _on_vertex_job_missing,
     ev.CheckpointObserved: _on_checkpoint_observed,
-    ev.TimerFired: _on_timer,
+    ev.TimerFired: _on_timer_and_confirmations,
     ev.CancelRequested: _on_cancel,
 }
 
@@ -390,8 +445,9 @@ _HANDLERS: dict[type, Callable[..., Outcome]] = {
 # --- the restart policy at an attempt's end --------------------------------------------------
 
 
-def _observation(state: JobState, event: ev.VertexObserved) -> Observation:
-    current = _current(state)
+def _observation(state: JobState, event: ev.VertexObserved, attempt: Attempt | None = None) -> Observation:
+    current = attempt or _current(state)
+    committed = [s for s in (state.latest_checkpoint_step, event.exit_committed_step) if s is not None]
     return Observation(
         event.vertex_state,
         event.error_code,
@@ -399,7 +455,15 @@ def _observation(state: JobState, event: ev.VertexObserved) -> Observation:
         event.exit_reason,
         spot=event.spot,
         ran=current.started_at is not None or event.start_time is not None,
+        replica_exits=event.replica_exits,
+        committed_step=max(committed) if committed else None,
+        final_step=event.final_step if event.final_step is not None else state.final_step,
     )
+
+
+def _training_started(event: ev.VertexObserved) -> bool:
+    """The trainer got past start-up: its chief or a replica recorded a step."""
+    return event.exit_step is not None or any(r.step is not None for r in event.replica_exits)
 
 
 def _settle_unexplained_failure(
@@ -420,11 +484,26 @@ def _settle_unexplained_failure(
     return state, [ScheduleWakeup(min(due, now + config.error_recheck_seconds))]
 
 
+@dataclass(frozen=True)
+class _Ended:
+    """One ending, as the named actions below read it."""
+
+    event: ev.VertexObserved
+    verdict: Classification
+    evidence: str  # what the trainer's records say failed ("" when nothing)
+    made_progress: bool  # the checkpoint moved past this attempt's resume point
+    unknown: bool  # the checkpoint root was unreadable and no progress was seen
+    ran: bool  # the attempt reached RUNNING
+    number: int
+
+
 def _end_attempt(
     state: JobState, event: ev.VertexObserved, now: float, rng: random.Random, config: CoreConfig
 ) -> Outcome:
     current = _current(state)
-    verdict = classify(_observation(state, event))
+    observation = _observation(state, event)
+    verdict = classify(observation)
+    evidence = confirm.describe(event.replica_exits, observation.own_failure(), state.job_id, current.number)
     made_progress = state.latest_checkpoint_step is not None and (
         current.resume_from_step is None or state.latest_checkpoint_step > current.resume_from_step
     )
@@ -442,81 +521,159 @@ def _end_attempt(
         checkpoint_step_at_end=state.latest_checkpoint_step,
         progress_unknown=unknown,
         started_at=current.started_at or event.start_time,
+        provisional=provisional(observation) and not state.cancel_requested,
+        evidence=evidence,
     )
-    ran = _current(state).started_at is not None
+    state = replace(state, final_step=observation.final_step)
+    ended = _Ended(
+        event,
+        verdict,
+        evidence,
+        made_progress,
+        unknown,
+        _current(state).started_at is not None,
+        current.number,
+    )
+    return ENDING_ACTIONS[action_for(state, verdict)](state, ended, now, rng, config)
 
+
+def action_for(state: JobState, verdict: Classification) -> str:
+    """The name of what follows an ending (a row of ENDING_ACTIONS)."""
     if state.cancel_requested:
-        if verdict.ending is Ending.SUCCEEDED:
-            return _terminal(state, Phase.SUCCEEDED, "completed before the cancel took effect")
-        return _terminal(state, Phase.CANCELLED, "cancelled by request")
-    if verdict.ending is Ending.SUCCEEDED:
-        return _terminal(state, Phase.SUCCEEDED, "completed")
-    if verdict.ending is Ending.CANCELLED:
-        state, actions = _terminal(state, Phase.CANCELLED, "cancelled outside Relaunch")
-        alert = RaiseAlert(
-            "job_cancelled_externally",
-            "WARNING",
-            f"job {state.job_id} was cancelled outside Relaunch",
-            _alert_details(state),
-        )
-        return state, [alert, *actions]
-    if verdict.ending is Ending.NO_USABLE_CHECKPOINT:
-        return _no_usable_checkpoint(state, event, now, rng)
+        return "stop-as-requested"
+    if verdict.permanent:
+        return "fail-permanently"
+    return ACTION_OF_ENDING[verdict.ending]
 
-    retry_streak = 1 if made_progress else state.retry_streak + 1
-    state = replace(state, retry_streak=retry_streak)
-    alerts: list[Action] = []
-    if verdict.ending is Ending.CAPACITY:
-        if not ran and _smaller_size(state) is not None:
-            # Vertex has already waited and said no (its stockout ending): a smaller gang at once.
-            since = state.capacity_wait_since if state.capacity_wait_since is not None else now
-            state, alerts = _capacity_refused(
-                replace(state, capacity_wait_since=since), now, event.error_message
-            )
-            state, actions = _start_attempt(state, now, replicas=_smaller_size(state))
-            return state, [*alerts, *actions]
-        # Refused before it ran: nobody's fault and no progress to judge. Wait minutes, not seconds.
-        delay = max(state.policy.backoff.delay(retry_streak, rng), config.capacity_retry_seconds)
-        wake = now + delay
-        state = replace(state, phase=Phase.BACKING_OFF, next_attempt_at=wake)
-        state, alerts = _capacity_refused(state, now, event.error_message)
-        return state, [*alerts, ScheduleWakeup(wake)]
-    if verdict.ending is Ending.PREEMPTED:
-        # A reclaim the trainer confirmed is no crash, progress or not. One inferred from Vertex's
-        # ending alone may be a crash in disguise: without checkpoint progress it counts toward
-        # the crash-loop limit (never toward maxFailures).
-        stalled = (
-            state.no_progress_streak + 1 if verdict.inferred and not unknown else state.no_progress_streak
-        )
-        state = replace(
+
+def _stop_as_requested(
+    state: JobState, ended: _Ended, now: float, rng: random.Random, config: CoreConfig
+) -> Outcome:
+    if ended.verdict.ending is Ending.SUCCEEDED:
+        return _terminal(state, Phase.SUCCEEDED, "completed before the cancel took effect")
+    return _terminal(state, Phase.CANCELLED, "cancelled by request")
+
+
+def _finish(state: JobState, ended: _Ended, now: float, rng: random.Random, config: CoreConfig) -> Outcome:
+    if ended.verdict.rule == "final-checkpoint-committed":
+        return _terminal(
             state,
-            preemptions=state.preemptions + 1,
-            no_progress_streak=0 if made_progress else stalled,
+            Phase.SUCCEEDED,
+            f"completed (the final step's checkpoint is committed; {ended.verdict.rule})",
         )
-        limit = state.policy.max_preemptions
-        if limit is not None and state.preemptions > limit:
-            return _fail(
-                state,
-                "job_failed",
-                f"preempted {state.preemptions} times, more than maxPreemptions={limit}",
-                now,
-            )
-        state, alerts = _preemption_storm_alert(state, now, config)
-    else:
-        state = replace(state, failures=state.failures + 1)
-        if (ran or verdict.ending is Ending.USER_ERROR) and not unknown:
-            state = replace(state, no_progress_streak=0 if made_progress else state.no_progress_streak + 1)
-        what = f"{verdict.ending.value} ({verdict.rule}): {event.error_message}".strip()
-        if verdict.permanent:
-            return _fail(state, "job_failed", f"attempt {current.number} failed permanently: {what}", now)
-        if state.failures > state.policy.max_failures:
-            return _fail(
-                state,
-                "job_failed",
-                f"failure budget exhausted ({state.failures} failures, "
-                f"maxFailures={state.policy.max_failures}); last: {what}",
-                now,
-            )
+    return _terminal(state, Phase.SUCCEEDED, "completed")
+
+
+def _cancelled_outside(
+    state: JobState, ended: _Ended, now: float, rng: random.Random, config: CoreConfig
+) -> Outcome:
+    state, actions = _terminal(state, Phase.CANCELLED, "cancelled outside Relaunch")
+    alert = RaiseAlert(
+        "job_cancelled_externally",
+        "WARNING",
+        f"job {state.job_id} was cancelled outside Relaunch",
+        _alert_details(state),
+    )
+    return state, [alert, *actions]
+
+
+def _restart_from_scratch_or_fail(
+    state: JobState, ended: _Ended, now: float, rng: random.Random, config: CoreConfig
+) -> Outcome:
+    return _no_usable_checkpoint(state, ended.event, now, rng)
+
+
+def _streak(state: JobState, ended: _Ended) -> JobState:
+    return replace(state, retry_streak=1 if ended.made_progress else state.retry_streak + 1)
+
+
+def _wait_for_capacity(
+    state: JobState, ended: _Ended, now: float, rng: random.Random, config: CoreConfig
+) -> Outcome:
+    """Refused before it ran: nobody's fault and no progress to judge. The shrink applier first;
+    otherwise wait minutes, not seconds."""
+    state = _streak(state, ended)
+    message = ended.event.error_message
+    if not ended.ran and _smaller_size(state) is not None:
+        # Vertex has already waited and said no (its stockout ending): a smaller gang at once.
+        since = state.capacity_wait_since if state.capacity_wait_since is not None else now
+        state, alerts = _capacity_refused(replace(state, capacity_wait_since=since), now, message)
+        state, actions = _start_attempt(state, now, replicas=_smaller_size(state))
+        return state, [*alerts, *actions]
+    delay = max(state.policy.backoff.delay(state.retry_streak, rng), config.capacity_retry_seconds)
+    wake = now + delay
+    state = replace(state, phase=Phase.BACKING_OFF, next_attempt_at=wake)
+    state, alerts = _capacity_refused(state, now, message)
+    return state, [*alerts, ScheduleWakeup(wake)]
+
+
+def _restart_not_counted(
+    state: JobState, ended: _Ended, now: float, rng: random.Random, config: CoreConfig
+) -> Outcome:
+    """A preemption: never spends maxFailures (the spot -> on-demand applier in _start_attempt
+    reads the count). A reclaim the trainer confirmed is no crash, progress or not. One inferred
+    from Vertex's ending alone may be a crash in disguise: without checkpoint progress it counts
+    toward the crash-loop limit, but only once training had started: a reclaim during start-up
+    says nothing about the program."""
+    state = _streak(state, ended)
+    counts = ended.verdict.inferred and not ended.unknown and _training_started(ended.event)
+    stalled = state.no_progress_streak + 1 if counts else state.no_progress_streak
+    state = replace(
+        state, preemptions=state.preemptions + 1, no_progress_streak=0 if ended.made_progress else stalled
+    )
+    if counts and not ended.made_progress:
+        state = state.with_current(stalled=True)
+    limit = state.policy.max_preemptions
+    if limit is not None and state.preemptions > limit:
+        return _fail(
+            state, "job_failed", f"preempted {state.preemptions} times, more than maxPreemptions={limit}", now
+        )
+    state, alerts = _preemption_storm_alert(state, now, config)
+    # A reclaim after progress is nobody's fault and says nothing about the next attempt: it
+    # starts at once. Reclaims in a row without progress back off as failures do.
+    return _restart(state, alerts, now, rng, at_once=ended.made_progress)
+
+
+def _what(ended: _Ended) -> str:
+    said = "; ".join(x for x in (ended.evidence, ended.event.error_message.strip()) if x)
+    return f"{ended.verdict.ending.value} ({ended.verdict.rule}): {said}".strip().rstrip(":")
+
+
+def _charge(state: JobState, ended: _Ended) -> JobState:
+    state = replace(_streak(state, ended), failures=state.failures + 1)
+    if (ended.ran or ended.verdict.ending is Ending.USER_ERROR) and not ended.unknown:
+        state = replace(state, no_progress_streak=0 if ended.made_progress else state.no_progress_streak + 1)
+        state = state.with_current(stalled=not ended.made_progress)
+    return state
+
+
+def _fail_permanently(
+    state: JobState, ended: _Ended, now: float, rng: random.Random, config: CoreConfig
+) -> Outcome:
+    state = _charge(state, ended)
+    return _fail(state, "job_failed", f"attempt {ended.number} failed permanently: {_what(ended)}", now)
+
+
+def _restart_counted(
+    state: JobState, ended: _Ended, now: float, rng: random.Random, config: CoreConfig
+) -> Outcome:
+    """A failure: spends maxFailures, and the job fails once the budget is spent."""
+    state = _charge(state, ended)
+    if state.failures > state.policy.max_failures:
+        return _fail(
+            state,
+            "job_failed",
+            f"failure budget exhausted ({state.failures} failures, "
+            f"maxFailures={state.policy.max_failures}); last: {_what(ended)}",
+            now,
+        )
+    return _restart(state, [], now, rng)
+
+
+def _restart(
+    state: JobState, alerts: list[Action], now: float, rng: random.Random, *, at_once: bool = False
+) -> Outcome:
+    """Back off before the next attempt, unless the attempts keep ending without progress."""
     if state.no_progress_streak >= state.policy.crash_loop_attempts:
         return _fail(
             state,
@@ -525,11 +682,39 @@ def _end_attempt(
             f"progress (crashLoopAttempts={state.policy.crash_loop_attempts})",
             now,
         )
-
-    delay = state.policy.backoff.delay(retry_streak, rng)
-    wake = now + delay
+    wake = now if at_once else now + state.policy.backoff.delay(state.retry_streak, rng)
     state = replace(state, phase=Phase.BACKING_OFF, next_attempt_at=wake)
     return state, [*alerts, ScheduleWakeup(wake)]
+
+
+_Apply = Callable[[JobState, _Ended, float, random.Random, CoreConfig], Outcome]
+
+# What follows an ending, as a table of named actions (JobSet's failure policy names its actions
+# the same way). The ending picks the action; a cancel asked for, or a permanent verdict, comes
+# first (`action_for`). The appliers that shape the next attempt are named too: "shrink" (a
+# smaller gang, `_wait_for_capacity` and `_replace_smaller`) and "spot -> on-demand"
+# (`_start_attempt`, after onDemandAfterPreemptions).
+ACTION_OF_ENDING: dict[Ending, str] = {
+    Ending.SUCCEEDED: "finish",
+    Ending.CANCELLED: "cancelled-outside",
+    Ending.NO_USABLE_CHECKPOINT: "restart-from-scratch-or-fail",
+    Ending.CAPACITY: "wait-for-capacity",
+    Ending.PREEMPTED: "restart-not-counted",
+    Ending.USER_ERROR: "restart-counted",
+    Ending.INFRASTRUCTURE: "restart-counted",
+    Ending.TIMEOUT: "restart-counted",
+}
+
+ENDING_ACTIONS: dict[str, _Apply] = {
+    "stop-as-requested": _stop_as_requested,
+    "finish": _finish,
+    "cancelled-outside": _cancelled_outside,
+    "restart-from-scratch-or-fail": _restart_from_scratch_or_fail,
+    "wait-for-capacity": _wait_for_capacity,
+    "restart-not-counted": _restart_not_counted,
+    "restart-counted": _restart_counted,
+    "fail-permanently": _fail_permanently,
+}
 
 
 def _no_usable_checkpoint(
@@ -575,6 +760,16 @@ def _current(state: JobState) -> Attempt:
 
 
 def _start_attempt(state: JobState, now: float, replicas: elastic.Size | None = None) -> Outcome:
+    final = state.final_step
+    if (
+        final is not None
+        and state.latest_checkpoint_step is not None
+        and state.latest_checkpoint_step >= final
+    ):
+        # The final step's checkpoint is committed: an attempt would train 0 steps.
+        return _terminal(
+            state, Phase.SUCCEEDED, f"completed (checkpoint of the final step {final} committed)"
+        )
     switch_after = state.policy.on_demand_after_preemptions
     attempt = Attempt(
         number=len(state.attempts) + 1,

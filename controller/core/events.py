@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from controller.core.classify import ReplicaExit
+
 
 @dataclass(frozen=True)
 class RequestAccepted:
@@ -64,6 +66,13 @@ class VertexObserved:
     # The controller could not read the checkpoint root (403 and the like): neither the latest
     # checkpoint nor the exit record is known, so whether the attempt made progress is unknown.
     progress_unknown: bool = False
+    # The chief's exit record, beyond its reason: the step it stopped at, the last step it saw
+    # committed, and the step training ends at (None: not recorded).
+    exit_step: int | None = None
+    exit_committed_step: int | None = None
+    final_step: int | None = None
+    # Every replica's own exit record for this CustomJob (`trainer.layout.ReplicaExit`, as facts).
+    replica_exits: tuple[ReplicaExit, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -76,6 +76,14 @@ class Attempt:
     # The checkpoint interval chosen for this attempt (`IntervalDecision.to_dict()`), for an
     # `auto` job: chosen once, where its SubmitAttempt is emitted (`core.interval_choice`).
     checkpoint_interval: dict[str, Any] | None = None
+    # Decided at the end, before Vertex set the job's error: the error, read later, confirms or
+    # corrects the ending (`controller.core.confirm`). Cleared once confirmed or past the bound.
+    provisional: bool = False
+    # What the trainer's records say failed, for reasons and alerts ("workerpool0-1 exit 1 at
+    # step 25: RuntimeError: ...").
+    evidence: str = ""
+    # This ending already added to the job's no-progress streak (the crash-loop count).
+    stalled: bool = False
 
     @property
     def ended(self) -> bool:
@@ -132,6 +140,9 @@ class JobState:
     # Alert kinds raised for this job that clear on their own (capacity_wait, running_shrunk) and
     # have not been resolved yet: stored, so whoever leads when they clear resolves them.
     firing: tuple[str, ...] = ()
+    # The step training ends at, once a trainer's exit record has said it: a committed checkpoint
+    # at that step means the work is done, and no attempt is started to train 0 steps.
+    final_step: int | None = None
 
     @property
     def current(self) -> Attempt | None:

@@ -101,6 +101,7 @@ def transition_entries(
                     checkpointStep=c.checkpoint_step_at_end,
                 )
             )
+    entries += _corrections(old, new, now)
     if (
         new.phase is Phase.BACKING_OFF
         and old.phase is not Phase.BACKING_OFF
@@ -119,6 +120,29 @@ def transition_entries(
     if new.phase.terminal and not old.phase.terminal:
         entries.append(entry(now, attempt, f"job {new.phase.value}: {new.terminal_reason}"))
     return entries
+
+
+def _corrections(old: JobState, new: JobState, now: float) -> list[Json]:
+    """An ending decided before Vertex's error, which the error then changed (core/confirm.py)."""
+    before = {a.number: a for a in old.attempts}
+    out = []
+    for a in new.attempts:
+        was = before.get(a.number)
+        if was is None or was.ending is None or a.ending is None or was.ending == a.ending:
+            continue
+        out.append(
+            entry(
+                now,
+                a.number,
+                f"attempt {a.number}'s ending corrected by Vertex's error: {was.ending.value} ({was.rule}) "
+                f"-> {a.ending.value} ({a.rule}); now {new.preemptions} preemptions, "
+                f"{new.failures} failures",
+                ending=a.ending.value,
+                correctedFrom=was.ending.value,
+                error=a.error_message,
+            )
+        )
+    return out
 
 
 def _size_note(state: JobState) -> str:
@@ -183,6 +207,10 @@ def status_document(document: Json | JobRecord, *, with_timeline: bool = True) -
                 "checkpointInterval": _interval_of(record, choices.get(str(a.number))),
                 "trainerFigures": record.trainer_figures.get(str(a.number)),
                 "progressUnknown": a.progress_unknown,
+                # What the trainer's records say failed (replica, code, step, exception, the logs
+                # command), and whether Vertex's error may still correct the ending.
+                "evidence": a.evidence,
+                "provisional": a.provisional,
                 # Replicas per pool this attempt asked for (the request's unless it was shrunk).
                 "replicas": list(a.replicas or requested),
                 "shrunk": a.replicas is not None and list(a.replicas) != requested,

@@ -262,24 +262,28 @@ class IntervalKeeper:
 
     def with_ending(
         self, record: JobRecord, before: JobState, request: JobRequest
-    ) -> tuple[JobRecord, EndingRead | None]:
-        """A job's record about to be written, with the facts of an attempt that ends in this
-        write: the trainer's figures, and on a terminal write the ledger mark (so the job stays
-        live until the book has counted every ending). Returns what was read, for the book."""
-        state, read = record.state, None
-        current = state.current
-        if current is not None and current.ended and not _ended_in(before, current.number):
+    ) -> tuple[JobRecord, dict[int, EndingRead]]:
+        """A job's record about to be written, with the facts of every attempt that ends in this
+        write (with a restart at once the next attempt is already current): the trainer's figures,
+        and on a terminal write the ledger mark (so the job stays live until the book has counted
+        every ending). Returns what was read, by attempt number, for the book."""
+        state, reads = record.state, dict[int, EndingRead]()
+        for attempt in state.attempts:
+            if not attempt.ended or _ended_in(before, attempt.number):
+                continue
             try:
-                read = self.read_ending(request, current)
-                figures = self.figures(current, read) if read is not None else None
+                read = self.read_ending(request, attempt)
+                figures = self.figures(attempt, read) if read is not None else None
             except Exception:  # figures are a nicety: they never hold up the ending's write
-                log.exception("trainer figures unreadable", job_id=request.job_id, attempt=current.number)
+                log.exception("trainer figures unreadable", job_id=request.job_id, attempt=attempt.number)
                 read = figures = None
+            if read is not None:
+                reads[attempt.number] = read
             if figures is not None:
-                record = record.with_figures(current.number, figures)
+                record = record.with_figures(attempt.number, figures)
         if state.phase.terminal and not before.phase.terminal and record.interval_setting is not None:
             record = replace(record, ledger_pending=True)
-        return record, read
+        return record, reads
 
     def all_counted(self, state: JobState, request: JobRequest) -> bool:
         """Whether every ended attempt of the job is in the book (a finished job's ledger mark

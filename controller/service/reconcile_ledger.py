@@ -12,7 +12,7 @@ from typing import Any
 
 from controller import logs
 from controller.adapters.lease import LeaseNotHeld
-from controller.core.model import JobState
+from controller.core.model import Attempt, JobState
 from controller.jobrecord import JobRecord
 from controller.request import JobRequest
 from controller.service.interval import IntervalKeeper
@@ -33,18 +33,14 @@ class LedgerSteps:
     fence: Callable[[], int]
     _request: Callable[[str], JobRequest]
 
-    def _learn_ending(self, state: JobState, read: Any = None) -> None:
-        """The current attempt's ending is stored: teach the checkpoint interval's rate book
-        (`read`: the trainer's word, read for that write). A failure here must not stop the job:
-        a finished job stays in the live index until its endings are counted (the mark), and a
-        later look catches up."""
+    def _learn_ending(self, state: JobState, attempt: Attempt, read: Any = None) -> None:
+        """`attempt`'s ending is stored: teach the checkpoint interval's rate book (`read`: the
+        trainer's word, read for that write). A failure here must not stop the job: a finished
+        job stays in the live index until its endings are counted (the mark), and a later look
+        catches up."""
         self._ledger_step(
             state,
-            lambda request: (
-                self.intervals.on_ending(state.job_id, request, state.current, self.clock(), read)
-                if state.current
-                else None
-            ),
+            lambda request: self.intervals.on_ending(state.job_id, request, attempt, self.clock(), read),
         )
 
     def _catch_up_ledger(self, state: JobState) -> None:

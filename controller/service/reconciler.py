@@ -190,7 +190,7 @@ class Reconciler(LedgerSteps):
                     state, actions, entries = self._fold(before, facts, now, inputs)
             if state == before:
                 return state, actions
-            written, read = self.intervals.with_ending(
+            written, reads = self.intervals.with_ending(
                 stored.with_state(state, entries, timeline_limit=TIMELINE_LIMIT),
                 before,
                 self._request(job_id),
@@ -201,7 +201,7 @@ class Reconciler(LedgerSteps):
             except VersionConflict:
                 record = None
                 continue  # someone wrote in between (the intake's cancel): decide again
-            self._transitioned(before, state, document, read)
+            self._transitioned(before, state, document, reads)
             return state, actions
         raise RuntimeError(f"{job_id}: state kept changing under us; giving up this look")
 
@@ -217,17 +217,16 @@ class Reconciler(LedgerSteps):
             actions += decision.actions
         return state, actions, entries
 
-    def _transitioned(self, old: JobState, new: JobState, document: dict[str, Any], read: Any) -> None:
+    def _transitioned(self, old: JobState, new: JobState, document: dict[str, Any], reads: dict) -> None:
         for observe in self.on_transition:
             observe(old, new, document)
-        if (
-            new.current
-            and new.current.ended
-            and not (old.current and old.current.number == new.current.number and old.current.ended)
-        ):
-            if new.phase.terminal:
-                crash_point("after-terminal-write")
-            self._learn_ending(new, read)
+        # Every attempt that ended in this write (with a restart at once, the next one is current).
+        was_ended = {a.number for a in old.attempts if a.ended}
+        for attempt in new.attempts:
+            if attempt.ended and attempt.number not in was_ended:
+                if new.phase.terminal:
+                    crash_point("after-terminal-write")
+                self._learn_ending(new, attempt, reads.get(attempt.number))
 
     # ==== act ==============================================================================
     def _act(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
+from typing import Any
 
 from controller.core import events as ev
 from controller.core.actions import Action
@@ -55,10 +56,20 @@ class Run:
         exit_reason: str | None = None,
         *,
         spot: bool = True,
+        **evidence: Any,
     ) -> list[Action]:
+        """`evidence`: the trainer's records (exit_step, final_step, replica_exits, ...)."""
         return self.feed(
             ev.VertexObserved(
-                n, vname(n), state, code, message, end_time=self.now, exit_reason=exit_reason, spot=spot
+                n,
+                vname(n),
+                state,
+                code,
+                message,
+                end_time=self.now,
+                exit_reason=exit_reason,
+                spot=spot,
+                **evidence,
             )
         )
 

@@ -107,3 +107,25 @@ def test_grace_clock_adopts_the_earliest_signal_of_the_gang():
 def test_peer_loss_errors_are_told_apart_from_own_errors():
     assert looks_like_peer_loss(RuntimeError("[../gloo/transport/tcp/pair.cc:598] Connection closed by peer"))
     assert not looks_like_peer_loss(RuntimeError("synthetic failure in the model"))
+
+
+def test_the_launcher_tells_an_oom_kill_from_other_signals(tmp_path):
+    from trainer.launch import oom_killed, oom_kills
+    from trainer.node_status import WorkerOutcome
+
+    events = tmp_path / "memory.events"
+    events.write_text("low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\n")
+    assert oom_kills(str(events)) == 1
+    assert oom_kills(str(tmp_path / "absent")) is None  # no cgroup v2: no OOM inferred
+    killed = [WorkerOutcome(0, 0, False), None]  # one worker died without reporting
+    assert oom_killed(1, 2, killed)
+    assert not oom_killed(2, 2, killed)  # the counter did not grow: some other SIGKILL
+    assert not oom_killed(None, None, killed)
+    assert not oom_killed(1, 2, [WorkerOutcome(0, 70, False, "runtime_error")])  # failed on its own
+
+
+def test_a_worker_records_its_exception_type_and_last_line():
+    from trainer.worker import exception_line
+
+    assert exception_line(ValueError("first\n\nthe last line\n")) == "ValueError: the last line"
+    assert exception_line(KeyError()) == "KeyError"

@@ -190,7 +190,9 @@ def describe_job(doc: dict, now: float, width: int | None = None, *, controller:
             view.dash(a["vertexJob"] and a["vertexJob"].rsplit("/", 1)[-1]),
             _when(a["startedAt"], width),
             _when(a["endedAt"], width),
-            f"{a['ending']} ({a['rule']})" if a["ending"] else (a["vertexState"] or "requested"),
+            (f"{a['ending']} ({a['rule']})" + ("?" if a.get("provisional") else ""))
+            if a["ending"]
+            else (a["vertexState"] or "requested"),
             view.dash(a["resumeFromStep"]),
             "unknown" if a.get("progressUnknown") else view.dash(a["checkpointStepAtEnd"]),
             interval_cell(a.get("checkpointInterval")),
@@ -214,8 +216,20 @@ def describe_job(doc: dict, now: float, width: int | None = None, *, controller:
         headers, rows, width, droppable=("VERTEX JOB",), when_empty=("CKPT EVERY", "REPLICAS")
     )
     return "\n".join(
-        _wrapped(lines, width) + ["", attempts, *_wrapped(interval_lines(doc["attempts"]), width)]
+        _wrapped(lines, width)
+        + ["", attempts, *_wrapped(interval_lines(doc["attempts"]) + _evidence_lines(doc["attempts"]), width)]
     )
+
+
+def _evidence_lines(attempts: list[dict]) -> list[str]:
+    """What failed, per attempt, from the trainer's records (with the logs command to open), and
+    a note on endings decided before Vertex's error came ("?" in the table)."""
+    lines = [f"attempt {a['number']}: {printable(a['evidence'])}" for a in attempts if a.get("evidence")]
+    if any(a.get("provisional") for a in attempts):
+        lines.append(
+            "?: decided at the end from the evidence; Vertex's error, when it comes, confirms or corrects it"
+        )
+    return lines
 
 
 def _when(seconds: float | None, width: int | None) -> str:

@@ -3,7 +3,7 @@ case per row of the rule table."""
 
 import pytest
 
-from controller.core.classify import RULES, Ending, Observation, classify, needs_vertex_error
+from controller.core.classify import RULES, Ending, Observation, ReplicaExit, classify, needs_vertex_error
 from tests.support.vertex_endings import CORPUS, STOCKOUT, USER_EXCEPTION
 
 EXIT_MSG = USER_EXCEPTION.replace("{replica}", "workerpool1-1").replace("{code}", "{}")
@@ -40,10 +40,27 @@ def test_no_ending_depends_on_the_word_preempt(entry):
 CASES = {
     "succeeded": Observation("SUCCEEDED"),
     "cancelled": Observation("CANCELLED", 1, "CANCELED"),
+    "final-checkpoint-committed": Observation(
+        "FAILED",
+        10,
+        "Job was terminated by the system.",
+        exit_reason="completed",
+        committed_step=100,
+        final_step=100,
+    ),
     "config-error": Observation("FAILED", 3, "The replica failed.", exit_reason="config_error"),
     "no-usable-checkpoint": Observation("FAILED", 3, EXIT_MSG.format(65), exit_reason="no_usable_checkpoint"),
+    "out-of-memory": Observation(
+        "FAILED", 3, "The replica workerpool1-0 ran out of memory and exited with a non-zero status of 137."
+    ),
     "replica-exit-error": Observation(
         "FAILED", 3, EXIT_MSG.format(1), exit_reason="preempted", spot=True, ran=True
+    ),
+    "replica-record-error": Observation(
+        "FAILED",
+        spot=True,
+        ran=True,
+        replica_exits=(ReplicaExit("workerpool1-0", "runtime_error", 1, step=25, detail="ValueError: boom"),),
     ),
     "timeout": Observation("FAILED", 4, "Job exceeded its timeout of 60s.", exit_reason="preempted"),
     "exit-record-preempted": Observation("FAILED", 3, "", exit_reason="preempted"),
@@ -79,8 +96,10 @@ def test_expired_job_is_a_timeout():
 @pytest.mark.parametrize(
     "obs, wait",
     [
-        (Observation("FAILED"), True),  # nothing known yet
-        (Observation("FAILED", exit_reason="preempted"), True),  # the chief may be a teardown victim
+        (Observation("FAILED", ran=True), True),  # not Spot, nothing known yet: bounded wait
+        (Observation("FAILED", exit_reason="preempted", ran=True), True),  # may be a teardown victim
+        (Observation("FAILED", spot=True, ran=True), False),  # a started Spot job: decided at once
+        (Observation("FAILED"), False),  # ended before it ran, the trainer silent: capacity at once
         (Observation("FAILED", exit_reason="runtime_error"), False),  # the trainer says what happened
         (Observation("FAILED", exit_reason="config_error"), False),
         (Observation("FAILED", 8, STOCKOUT), False),

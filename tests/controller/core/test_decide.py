@@ -9,7 +9,7 @@ from controller.core.actions import (
     ScheduleWakeup,
     SubmitAttempt,
 )
-from controller.core.classify import Ending
+from controller.core.classify import Ending, ReplicaExit
 from controller.core.decide import CoreConfig
 from controller.core.model import JobState, Phase
 from tests.support.core_driver import PREEMPTED, STOCKOUT, USER_ERROR, Run, vname
@@ -47,12 +47,20 @@ def test_preemption_resubmits_from_latest_checkpoint_without_spending_failures()
     run.feed(ev.CheckpointObserved(40, "gs://b/ckpt/step-0000000040"))
     actions = run.ended(1, "FAILED", 8, PREEMPTED)
     assert run.state.phase is Phase.BACKING_OFF
+    # A reclaim after progress is nobody's fault: the next attempt is due at once, no backoff.
     (wake,) = [a for a in actions if isinstance(a, ScheduleWakeup)]
-    assert 8 <= wake.at - run.now <= 12  # first retry: initial delay 10 s with 20% jitter
+    assert wake.at == run.now
     assert run.state.preemptions == 1 and run.state.failures == 0
-    assert run.feed(ev.TimerFired()) == [ScheduleWakeup(wake.at)]  # too early: nothing yet
     actions = run.wake()
     assert submits(actions) == [SubmitAttempt(2, "gs://b/ckpt/step-0000000040", 40, False, True)]
+
+
+def test_reclaims_in_a_row_without_progress_back_off():
+    run = Run.start(max_failures=0, crash_loop_attempts=100)
+    run.submitted(1)
+    run.preempted(1)
+    delay = run.state.next_attempt_at - run.now
+    assert 8 <= delay <= 12  # no progress: the backoff's first delay, 10 s with 20% jitter
 
 
 def test_trainer_exit_record_marks_preemption_even_with_a_generic_error():
@@ -358,10 +366,13 @@ def test_five_reclaims_that_kill_at_once_spend_no_failures_while_checkpoints_adv
 
 
 def test_reclaims_inferred_without_progress_still_end_as_a_crash_loop():
+    """Once training had started (a replica recorded a step), reclaims without progress add up."""
+    trained = (ReplicaExit("workerpool0-0", "stopped_by_peer", 143, step=5),)
     run = Run.start(max_failures=0, crash_loop_attempts=3)
     for n in (1, 2, 3):
         run.submitted(n)
-        actions = run.preempted(n)
+        run.running(n)
+        actions = run.ended(n, "FAILED", 8, PREEMPTED, replica_exits=trained)
         if n < 3:
             run.wake()
     assert run.state.failures == 0 and run.state.phase is Phase.FAILED
@@ -369,20 +380,21 @@ def test_reclaims_inferred_without_progress_still_end_as_a_crash_loop():
 
 
 def test_a_failed_job_without_its_error_is_read_again_then_classified():
+    """Not Spot, nothing from the trainer: the one ending that still waits for Vertex's error."""
     run = Run.start(max_failures=0)
     run.config = CoreConfig(error_settle_seconds=90, error_recheck_seconds=10)
     run.submitted(1)
-    run.running(1)
+    run.running(1, spot=False)
     first_seen = run.now
-    actions = run.ended(1, "FAILED")
+    actions = run.ended(1, "FAILED", spot=False)
     assert actions == [ScheduleWakeup(first_seen + 10)]
     assert run.state.phase is Phase.RUNNING and not run.state.current.ended
     assert run.feed(ev.TimerFired(), at=first_seen + 10) == [ReadVertexJob(vname(1), 1)]
     run.now = first_seen + 10
-    assert run.ended(1, "FAILED") == [ScheduleWakeup(first_seen + 20)]  # still nothing: again later
+    assert run.ended(1, "FAILED", spot=False) == [ScheduleWakeup(first_seen + 20)]  # again later
     # Vertex fills the error in: classified at once, from it.
     run.now = first_seen + 60
-    run.ended(1, "FAILED", 3, USER_ERROR)
+    run.ended(1, "FAILED", 3, USER_ERROR, spot=False)
     assert run.state.current.ending is Ending.USER_ERROR and run.state.failures == 1
 
 
@@ -390,12 +402,12 @@ def test_the_error_wait_is_bounded_and_then_what_there_is_decides():
     run = Run.start(max_failures=0)
     run.config = CoreConfig(error_settle_seconds=90)
     run.submitted(1)
-    run.running(1)
+    run.running(1, spot=False)
     first_seen = run.now
-    run.ended(1, "FAILED")
+    run.ended(1, "FAILED", spot=False)
     assert run.feed(ev.TimerFired(), at=first_seen + 90) == [ReadVertexJob(vname(1), 1)]
-    run.ended(1, "FAILED")  # still no error: a started Spot attempt, so a reclaim
-    assert run.state.current.ending is Ending.PREEMPTED and run.state.failures == 0
+    run.ended(1, "FAILED", spot=False)  # still no error: what there is decides
+    assert run.state.current.ending is Ending.INFRASTRUCTURE and run.state.failures == 1
 
 
 def test_a_chief_sigterm_record_waits_for_the_error_but_a_runtime_error_record_does_not():

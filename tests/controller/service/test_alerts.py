@@ -131,7 +131,7 @@ def test_infrastructure_failures_without_progress_raise_crash_loop(bucket, engin
         {},
     )
     doc = drive(engine, "al-loop", terminal)
-    assert [a["ending"] for a in doc["attempts"]] == ["infrastructure", "infrastructure"]
+    assert [a["ending"] for a in doc["attempts"] if a["ending"]] == ["infrastructure", "infrastructure"]
 
     (alert,) = only(read_alerts(alerts_topic[1]), "crash_loop")
     assert alert["severity"] == "ERROR" and alert["jobId"] == "al-loop" and alert["attempt"] == 2

@@ -1,0 +1,140 @@
+"""Vertex's late error confirms or corrects an ending decided at once.
+
+Vertex sets a failed CustomJob's `error` about a minute after the job ends (devstack/README.md
+names the page). The core does not wait for it: `decide` classifies the ending from the evidence
+at hand (Vertex's state and times, the trainer's chief and per-replica exit records, the
+committed checkpoints, Spot or not, whether it ran) and marks the attempt `provisional`. Until
+`error_settle_seconds` after the end, the attempt's CustomJob is read again now and then; when its
+error arrives the ending is classified once more with it:
+
+- the same budget (preemption, failure, neither): confirmed, nothing else changes;
+- another budget: the record is corrected (a preemption refunded into a failure charged, or the
+  other way), and a timeline entry says why. Never a second resubmission: the attempt that
+  followed keeps running, and the budgets judge the next ending.
+
+Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from controller.core import events as ev
+from controller.core.actions import Action, ReadVertexJob, ScheduleWakeup
+from controller.core.classify import Ending, Observation, ReplicaExit, classify
+from controller.core.model import Attempt, JobState
+
+# What each ending spends: the preemption count, the failure budget, or neither.
+_PREEMPTION = "preemption"
+_FAILURE = "failure"
+_FREE = "free"
+
+
+def budget_of(ending: Ending | None) -> str:
+    if ending is Ending.PREEMPTED:
+        return _PREEMPTION
+    if ending in (Ending.USER_ERROR, Ending.INFRASTRUCTURE, Ending.TIMEOUT):
+        return _FAILURE
+    return _FREE
+
+
+def pending(state: JobState) -> list[Attempt]:
+    """Ended attempts whose ending still waits for Vertex's word."""
+    return [a for a in state.attempts if a.ended and a.provisional and a.vertex_name]
+
+
+def recheck(state: JobState, now: float, settle: float, every: float) -> tuple[JobState, list[Action]]:
+    """At a wake-up: read each provisional attempt's CustomJob again, or, past the bound, take
+    the ending as final (Vertex never said otherwise). A reclaim inferred without any evidence of
+    progress then joins the crash-loop count after all, if nothing ended since: a program that
+    dies at once, leaves no record, and whose error never comes is still stopped."""
+    actions: list[Action] = []
+    for attempt in pending(state):
+        due = (attempt.ended_at or now) + settle
+        if now >= due:
+            state = _replace_attempt(state, replace(attempt, provisional=False))
+            if _stalled_unseen(state, attempt) and attempt.ending is Ending.PREEMPTED:
+                state = _add_stall(state, attempt)
+            continue
+        actions += [
+            ReadVertexJob(attempt.vertex_name or "", attempt.number),
+            ScheduleWakeup(min(due, now + every)),
+        ]
+    return state, actions
+
+
+def confirm(state: JobState, attempt: Attempt, event: ev.VertexObserved, obs: Observation) -> JobState:
+    """`event`: attempt's CustomJob read again after its ending was decided. With Vertex's error
+    in it, confirm or correct; without, nothing yet. The caller judges the budgets afterwards."""
+    if event.error_code == 0 and not event.error_message.strip():
+        return state
+    verdict = classify(obs)
+    settled = replace(
+        attempt,
+        provisional=False,
+        error_code=event.error_code,
+        error_message=event.error_message,
+    )
+    old, new = budget_of(attempt.ending), budget_of(verdict.ending)
+    if old == new or verdict.ending is Ending.SUCCEEDED or attempt.ending is Ending.SUCCEEDED:
+        return _replace_attempt(state, settled)
+    settled = replace(settled, ending=verdict.ending, rule=verdict.rule)
+    state = _replace_attempt(state, settled)
+    preemptions, failures = state.preemptions, state.failures
+    if old == _PREEMPTION:
+        preemptions -= 1
+    if old == _FAILURE:
+        failures -= 1
+    if new == _PREEMPTION:
+        preemptions += 1
+    if new == _FAILURE:
+        failures += 1
+        if _stalled_unseen(state, settled) and (
+            settled.started_at is not None or verdict.ending is Ending.USER_ERROR
+        ):
+            state = _add_stall(state, settled)
+    return replace(state, preemptions=max(0, preemptions), failures=max(0, failures))
+
+
+def _stalled_unseen(state: JobState, attempt: Attempt) -> bool:
+    """The attempt made no checkpoint progress, its stall is not counted yet, and no attempt
+    that ended after it made progress (which reset the streak: this stall is no longer part of
+    the run of stalls it counts)."""
+    later = any(_progressed(a) for a in state.attempts if a.number > attempt.number and a.ended)
+    return not later and not _progressed(attempt) and not attempt.stalled and not attempt.progress_unknown
+
+
+def _progressed(attempt: Attempt) -> bool:
+    return attempt.checkpoint_step_at_end is not None and (
+        attempt.resume_from_step is None or attempt.checkpoint_step_at_end > attempt.resume_from_step
+    )
+
+
+def _add_stall(state: JobState, attempt: Attempt) -> JobState:
+    current = next(a for a in state.attempts if a.number == attempt.number)
+    state = _replace_attempt(state, replace(current, stalled=True))
+    return replace(state, no_progress_streak=state.no_progress_streak + 1)
+
+
+def describe(replicas: tuple[ReplicaExit, ...], failed: ReplicaExit | None, job_id: str, attempt: int) -> str:
+    """The replica, code, step and exception a failure reason names, with the command that
+    opens that replica's log; "" when no record names one."""
+    chosen = failed or next((r for r in replicas if r.reason not in ("preempted", "stopped_by_peer")), None)
+    if chosen is None:
+        return ""
+    parts = [chosen.replica]
+    if chosen.exit_code is not None:
+        parts.append(f"exit {chosen.exit_code}")
+    if chosen.signal:
+        parts.append(f"signal {chosen.signal}")
+    if chosen.step is not None:
+        parts.append(f"at step {chosen.step}")
+    text = " ".join(parts)
+    if chosen.detail:
+        text += f": {chosen.detail}"
+    return f"{text} (relaunch logs {job_id} --attempt {attempt} --replica {chosen.replica})"
+
+
+def _replace_attempt(state: JobState, attempt: Attempt) -> JobState:
+    attempts = tuple(attempt if a.number == attempt.number else a for a in state.attempts)
+    return replace(state, attempts=attempts)
