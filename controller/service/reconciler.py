@@ -5,10 +5,9 @@ there (a request recorded, a Vertex event, a cancel, a wake-up, the periodic pas
 matter, because each look re-derives everything from the evidence:
 
   1. load the job's record from the store;
-  2. gather the facts: a cancel recorded for it, its recorded attempt's CustomJob read in ONE
-     adapter call (`adapters.observation`: at an ending with the latest committed checkpoint and
-     the trainer's exit record), any other CustomJob a listing found with its labels, and the
-     clock (`TimerFired`);
+  2. gather the facts: a cancel recorded for it, its attempt's CustomJob read in ONE adapter call
+     (`adapters.observation`: at an ending with the latest committed checkpoint and the exit
+     records), any other CustomJob a listing found with its labels, and the clock (`TimerFired`);
   3. decide (the pure core) over those facts;
   4. write the new state once, a compare-and-set carrying the lease's fence token;
   5. carry out the actions; an action's outcome that must be recorded (the name of the CustomJob
@@ -183,10 +182,13 @@ class Reconciler(LedgerSteps):
             before, now = stored.state, self.clock()
             state, actions, entries = self._fold(before, facts, now, inputs)
             if inputs is None and interval_wanted(actions) and stored.interval_setting is not None:
-                # An attempt about to be created needs its checkpoint interval: the core chooses
-                # it from the book's estimate and C, gathered only now.
-                inputs = self.intervals.inputs(self._request(job_id), stored.interval_choices)
-                if inputs is not None:
+                if sum(a.ended for a in state.attempts) > sum(a.ended for a in before.attempts):
+                    # A restart at once: the next attempt's interval must see this ending, so the
+                    # ending is written (and learned) first; the look's next turn, a tick, submits.
+                    facts = [f for f in facts if not isinstance(f, ev.TimerFired)]
+                    state, actions, entries = self._fold(before, facts, now, None)
+                elif inputs := self.intervals.inputs(self._request(job_id), stored.interval_choices):
+                    # The core chooses the interval from the book's estimate and C, gathered now.
                     state, actions, entries = self._fold(before, facts, now, inputs)
             if state == before:
                 return state, actions
