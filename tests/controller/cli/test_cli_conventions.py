@@ -43,7 +43,9 @@ def test_a_mistyped_choice_and_sub_verb_get_suggestions(capsys):
     assert code == 2 and "unknown sub-verb 'stauts'; did you mean 'status'?" in err
 
 
-def test_failures_are_sentences_without_exception_class_names(capsys, tmp_path):
+def test_failures_are_sentences_without_exception_class_names(capsys, tmp_path, monkeypatch):
+    # No devstack anywhere: not in --dir, and none named by an earlier test's environment.
+    monkeypatch.delenv("RELAUNCH_DEVSTACK_CONTROL", raising=False)
     code, _, err = run(capsys, "devstack", "status", "--dir", str(tmp_path / "none"))
     assert code == 1
     assert err.startswith("relaunch: error: no devstack is running")
