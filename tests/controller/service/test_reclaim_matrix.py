@@ -20,7 +20,9 @@ COMBOS = list(itertools.product(GRACES, CODES, TEXTS))
 def test_every_reclaim_in_the_matrix_is_a_preemption_resumed_from_the_newest_checkpoint(
     devstack, bucket, make_engine, nodes
 ):
-    engine = make_engine()
+    # Vertex's error comes a second after each end here; the bound on waiting for it is the
+    # production order of magnitude (a minute), so a loaded machine cannot close it first.
+    engine = make_engine(error_settle_seconds=60.0)
     job = f"matrix-{nodes}"
     accept(
         engine,
