@@ -25,22 +25,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.scale_stack import Controller, jobs_by_attempt, publish_all, wait
+from bench.scale_stack import Controller, jobs_by_attempt, publish_all, simulated_pool, wait
 
 JOB = "reclaim-bench"
 ROOT = f"gs://bench/ckpt/{JOB}"
 
 
 def two_node_request() -> bytes:
-    pool = {
-        "machineSpec": {"machineType": "n1-standard-4"},
-        "replicaCount": 1,
-        "containerSpec": {
-            "imageUri": "bench",
-            "command": ["true"],
-            "env": [{"name": "DEVSTACK_SIMULATED_RUN_SECONDS", "value": "forever"}],
-        },
-    }
+    pool = simulated_pool()
     return json.dumps(
         {
             "jobId": JOB,

@@ -19,8 +19,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def simulated_request(job_id: str, bucket: str = "bench") -> bytes:
-    pool = {
+def simulated_pool() -> dict[str, Any]:
+    """One replica that devstack simulates (no process) and runs until it is stopped."""
+    return {
         "machineSpec": {"machineType": "n1-standard-4"},
         "replicaCount": 1,
         "containerSpec": {
@@ -29,6 +30,10 @@ def simulated_request(job_id: str, bucket: str = "bench") -> bytes:
             "env": [{"name": "DEVSTACK_SIMULATED_RUN_SECONDS", "value": "forever"}],
         },
     }
+
+
+def simulated_request(job_id: str, bucket: str = "bench") -> bytes:
+    pool = simulated_pool()
     return json.dumps(
         {
             "jobId": job_id,
