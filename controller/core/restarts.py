@@ -1,0 +1,130 @@
+"""Restarts in place: Vertex restarting a CustomJob's replicas inside the same CustomJob.
+
+Google documents that a reclaimed Spot job is restarted ("Compute Engine tries to restart the job
+up to six times", "Use Spot VMs with training",
+https://cloud.google.com/vertex-ai/docs/training/use-spot-vms) and that a replica ending with
+some errors is restarted up to three times ("Understand the training service",
+https://cloud.google.com/vertex-ai/docs/training/understanding-training-service). Vertex itself
+says nothing of such a restart to the controller: the CustomJob stays RUNNING. The trainer does:
+every run of a CustomJob's chief writes a run record when it starts, and a run that finds an
+earlier one writes what the previous run's exit records said (docs/contracts.md, "Run records").
+
+Each restart is one ending inside the attempt, counted once, by its run number:
+
+| evidence of the previous run                                     | counted as  |
+|------------------------------------------------------------------|-------------|
+| a record says its program failed (error, config error, OOM kill) | a failure   |
+| anything else: `preempted`, `stopped_by_peer`, no record at all   | a preemption |
+
+A failure spends `maxFailures`, a preemption counts toward `maxPreemptions`, the storm alert and
+`onDemandAfterPreemptions`, exactly as an ending of a whole attempt would. The time from the
+previous run's end to the restart's start is restarting time (goodput), and each run is an
+ending for the checkpoint interval's rate book.
+
+Pure: stdlib only, no clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+COUNTED_PREEMPTION = "preempted"
+COUNTED_FAILURE = "failure"
+
+
+@dataclass(frozen=True)
+class InPlaceRestart:
+    """One restart of an attempt's CustomJob, as the restarted run's record tells it."""
+
+    run: int  # the run that began (2 = the first restart)
+    started_at: float  # when that run began (epoch seconds)
+    # When the run before it stopped, by its exit records; None when it left none (SIGKILL).
+    previous_ended_at: float | None = None
+    # The previous run's exit reason (the chief's, or the first replica that failed on its own).
+    previous_reason: str | None = None
+    # The previous run's own records say its program failed (not a reclaim, not its peers).
+    previous_failed: bool = False
+    previous_step: int | None = None  # the step the previous run stopped at, when recorded
+    evidence: str = ""  # bounded text for reasons and the timeline ("workerpool0-0 exit 70 ...")
+
+    @property
+    def counted_as(self) -> str:
+        return COUNTED_FAILURE if self.previous_failed else COUNTED_PREEMPTION
+
+    @property
+    def at(self) -> float:
+        """When the restart happened: the previous run's end where known, else the new start."""
+        return self.previous_ended_at if self.previous_ended_at is not None else self.started_at
+
+    @property
+    def restarting_seconds(self) -> float:
+        """Dead time between the two runs (0 when the previous end is unknown)."""
+        if self.previous_ended_at is None:
+            return 0.0
+        return max(0.0, self.started_at - self.previous_ended_at)
+
+    def describe(self) -> str:
+        what = "failure" if self.previous_failed else "preemption"
+        said = f": {self.evidence}" if self.evidence else ""
+        gap = f", {self.restarting_seconds:.1f}s restarting" if self.previous_ended_at is not None else ""
+        return f"restarted in place by Vertex (run {self.run}), counted as a {what}{gap}{said}"
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "run": self.run,
+            "startedAt": self.started_at,
+            "previousEndedAt": self.previous_ended_at,
+            "previousReason": self.previous_reason,
+            "previousFailed": self.previous_failed,
+            "previousStep": self.previous_step,
+            "evidence": self.evidence,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, object]) -> InPlaceRestart:
+        def number(key: str) -> float | None:
+            value = data.get(key)
+            return float(value) if isinstance(value, (int, float)) else None
+
+        step = data.get("previousStep")
+        reason = data.get("previousReason")
+        return cls(
+            run=int(data["run"]),  # type: ignore[call-overload]
+            started_at=float(data["startedAt"]),  # type: ignore[arg-type]
+            previous_ended_at=number("previousEndedAt"),
+            previous_reason=reason if isinstance(reason, str) else None,
+            previous_failed=bool(data.get("previousFailed", False)),
+            previous_step=step if isinstance(step, int) else None,
+            evidence=str(data.get("evidence") or ""),
+        )
+
+
+def unseen(
+    counted: Iterable[InPlaceRestart], observed: Iterable[InPlaceRestart]
+) -> tuple[InPlaceRestart, ...]:
+    """The observed restarts not counted yet, each run once, in run order (a run seen again, or
+    a listing that lost one, changes nothing)."""
+    known = {r.run for r in counted}
+    fresh: dict[int, InPlaceRestart] = {}
+    for restart in observed:
+        if restart.run >= 2 and restart.run not in known:
+            fresh.setdefault(restart.run, restart)
+    return tuple(fresh[run] for run in sorted(fresh))
+
+
+def run_spans(
+    started_at: float | None, ended_at: float | None, restarts: Iterable[InPlaceRestart]
+) -> list[tuple[float, float]]:
+    """The (start, end) of each run of one attempt that a restart cut short, in order: run 1
+    from the attempt's start, each later one from its own start, each to the next restart's
+    `previous_ended_at` (or its start when that is unknown). The last run (up to the attempt's
+    end) is not among them: it ends with the attempt. Spans that cannot be measured are left out."""
+    spans: list[tuple[float, float]] = []
+    begin = started_at
+    for restart in sorted(restarts, key=lambda r: r.run):
+        end = restart.at
+        if begin is not None and end >= begin and (ended_at is None or end <= ended_at):
+            spans.append((begin, end))
+        begin = restart.started_at
+    return spans
