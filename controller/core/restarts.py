@@ -29,6 +29,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from controller.core.classify import ReplicaExit
+from trainer.layout import REASON_CONFIG_ERROR, REASON_RUNTIME_ERROR
+
 COUNTED_PREEMPTION = "preempted"
 COUNTED_FAILURE = "failure"
 
@@ -98,6 +101,52 @@ class InPlaceRestart:
             previous_step=step if isinstance(step, int) else None,
             evidence=str(data.get("evidence") or ""),
         )
+
+
+def from_evidence(
+    run: int,
+    started_at: float,
+    previous_exits: tuple[ReplicaExit, ...],
+    chief_reason: str | None,
+    chief_ended_at: float | None,
+    replica_ended_at: float | None,
+    chief_step: int | None = None,
+) -> InPlaceRestart:
+    """A restart, from what the previous run's records said (the table in the module's doc):
+    a failure when a replica's own record says its program failed, or, with no replica record,
+    when the chief's says so; a preemption otherwise. The previous run ended at the newest of
+    its records' times."""
+    failing = sorted((r for r in previous_exits if r.failed_on_its_own), key=lambda r: r.replica)
+    failed = bool(failing) or (
+        not previous_exits and chief_reason in (REASON_RUNTIME_ERROR, REASON_CONFIG_ERROR)
+    )
+    said = failing[0] if failing else next(iter(previous_exits), None)
+    if said is not None:
+        parts = [said.replica, said.reason]
+        if said.exit_code is not None:
+            parts.append(f"exit {said.exit_code}")
+        if said.signal:
+            parts.append(f"signal {said.signal}")
+        if said.step is not None:
+            parts.append(f"at step {said.step}")
+        evidence = " ".join(parts) + (f": {said.detail}" if failing and said.detail else "")
+    elif chief_reason is not None:
+        evidence = f"chief {chief_reason}" + (f" at step {chief_step}" if chief_step is not None else "")
+    else:
+        evidence = "the previous run left no exit record (killed without warning)"
+    ends = [t for t in (chief_ended_at, replica_ended_at) if t is not None]
+    steps = [r.step for r in previous_exits if r.step is not None] + (
+        [chief_step] if chief_step is not None else []
+    )
+    return InPlaceRestart(
+        run=run,
+        started_at=started_at,
+        previous_ended_at=max(ends) if ends else None,
+        previous_reason=(failing[0].reason if failing else chief_reason or (said.reason if said else None)),
+        previous_failed=failed,
+        previous_step=max(steps) if steps else None,
+        evidence=evidence,
+    )
 
 
 def unseen(
