@@ -42,6 +42,7 @@ def restarts_of(records: list[layout.RunRecord]) -> tuple[InPlaceRestart, ...]:
             _epoch(chief.time) if chief is not None else None,
             max((t for r in replicas if (t := _epoch(r.time)) is not None), default=None),
             chief.step if chief is not None else None,
+            record.resume_step,
         )
         out.append(restart)
     return tuple(InPlaceRestart(**{**r.__dict__, "evidence": bounded_text(r.evidence) or ""}) for r in out)

@@ -49,11 +49,22 @@ class InPlaceRestart:
     # The previous run's own records say its program failed (not a reclaim, not its peers).
     previous_failed: bool = False
     previous_step: int | None = None  # the step the previous run stopped at, when recorded
+    resume_step: int | None = None  # the committed step the restarted run resumed from
     evidence: str = ""  # bounded text for reasons and the timeline ("workerpool0-0 exit 70 ...")
 
     @property
     def counted_as(self) -> str:
         return COUNTED_FAILURE if self.previous_failed else COUNTED_PREEMPTION
+
+    @property
+    def lost_no_work(self) -> bool:
+        """The restarted run resumed from the step the previous one stopped at (its emergency
+        save committed): nothing was recomputed."""
+        return (
+            self.previous_step is not None
+            and self.resume_step is not None
+            and self.resume_step >= self.previous_step
+        )
 
     @property
     def at(self) -> float:
@@ -81,6 +92,7 @@ class InPlaceRestart:
             "previousReason": self.previous_reason,
             "previousFailed": self.previous_failed,
             "previousStep": self.previous_step,
+            "resumeStep": self.resume_step,
             "evidence": self.evidence,
         }
 
@@ -90,7 +102,7 @@ class InPlaceRestart:
             value = data.get(key)
             return float(value) if isinstance(value, (int, float)) else None
 
-        step = data.get("previousStep")
+        step, resume = data.get("previousStep"), data.get("resumeStep")
         reason = data.get("previousReason")
         return cls(
             run=int(data["run"]),  # type: ignore[call-overload]
@@ -99,6 +111,7 @@ class InPlaceRestart:
             previous_reason=reason if isinstance(reason, str) else None,
             previous_failed=bool(data.get("previousFailed", False)),
             previous_step=step if isinstance(step, int) else None,
+            resume_step=resume if isinstance(resume, int) else None,
             evidence=str(data.get("evidence") or ""),
         )
 
@@ -111,6 +124,7 @@ def from_evidence(
     chief_ended_at: float | None,
     replica_ended_at: float | None,
     chief_step: int | None = None,
+    resume_step: int | None = None,
 ) -> InPlaceRestart:
     """A restart, from what the previous run's records said (the table in the module's doc):
     a failure when a replica's own record says its program failed, or, with no replica record,
@@ -145,6 +159,7 @@ def from_evidence(
         previous_reason=(failing[0].reason if failing else chief_reason or (said.reason if said else None)),
         previous_failed=failed,
         previous_step=max(steps) if steps else None,
+        resume_step=resume_step,
         evidence=evidence,
     )
 
@@ -160,20 +175,3 @@ def unseen(
         if restart.run >= 2 and restart.run not in known:
             fresh.setdefault(restart.run, restart)
     return tuple(fresh[run] for run in sorted(fresh))
-
-
-def run_spans(
-    started_at: float | None, ended_at: float | None, restarts: Iterable[InPlaceRestart]
-) -> list[tuple[float, float]]:
-    """The (start, end) of each run of one attempt that a restart cut short, in order: run 1
-    from the attempt's start, each later one from its own start, each to the next restart's
-    `previous_ended_at` (or its start when that is unknown). The last run (up to the attempt's
-    end) is not among them: it ends with the attempt. Spans that cannot be measured are left out."""
-    spans: list[tuple[float, float]] = []
-    begin = started_at
-    for restart in sorted(restarts, key=lambda r: r.run):
-        end = restart.at
-        if begin is not None and end >= begin and (ended_at is None or end <= ended_at):
-            spans.append((begin, end))
-        begin = restart.started_at
-    return spans

@@ -86,7 +86,7 @@ def attempts_svg(view: Json, timeline: list[Json], result: Goodput, now: float) 
             parts.append(_bar(x(previous_end), x(queued_from), y, RESTARTING_COLOUR, gap))
         if queued_from and wait_until > queued_from:
             parts.append(_bar(x(queued_from), x(wait_until), y, WAITING_COLOUR, "waiting for capacity"))
-        if started:
+        if started is not None:
             stop = ended or attempt.get("vertexEndedAt") or now
             ending = attempt.get("ending")
             colour = ENDING_COLOURS.get(ending or "", RUNNING_COLOUR)
