@@ -292,9 +292,8 @@ def _on_vertex_observed(
 
     if event.restarts:  # restarts in place the trainer recorded, counted before the ending
         terminal = event.vertex_state in VERTEX_TERMINAL
-        state, counted = _count_restarts(
-            state, event.attempt, event.restarts, now, config, judge=not terminal
-        )
+        judge = not terminal and not state.cancel_requested
+        state, counted = _count_restarts(state, event.attempt, event.restarts, now, config, judge=judge)
         actions += counted
         if state.phase.terminal:
             return state, actions
@@ -356,7 +355,9 @@ def _on_restarts_observed(
     current = _attempt(state, event.attempt)
     if current is None or current.ended or current.vertex_name != event.vertex_name:
         return state, []  # an ended attempt's restarts are read with its ending
-    return _count_restarts(state, event.attempt, event.restarts, now, config, judge=True)
+    # Counted while a cancel is under way too, but a job being cancelled is not failed for them.
+    judge = not state.cancel_requested
+    return _count_restarts(state, event.attempt, event.restarts, now, config, judge=judge)
 
 
 def _count_restarts(
@@ -461,8 +462,9 @@ def _on_timer_and_confirmations(
 
 def _judge_budgets(state: JobState, now: float, why: str, *, attempt: int | None = None) -> Outcome:
     """After an ending's record changed later (confirm.py): the budgets it now spends may end the
-    job. Never a new attempt; a live one is cancelled when the job fails."""
-    if state.phase.terminal:
+    job. Never a new attempt; a live one is cancelled when the job fails. A cancel asked for wins:
+    such a job ends cancelled, not failed."""
+    if state.phase.terminal or state.cancel_requested:
         return state, []
     if state.failures > state.policy.max_failures:
         reason = f"failure budget exhausted ({state.failures} failures, maxFailures={state.policy.max_failures}; {why})"

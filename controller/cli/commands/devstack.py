@@ -73,8 +73,8 @@ _HELP = {
     ),
     "restart": (
         "reclaim a job's Spot VMs and restart its replicas in place (the same CustomJob)",
-        "As Vertex documents for Spot (\"Compute Engine tries to restart the job up to six\n"
-        "times\"): SIGTERM to every replica, SIGKILL after the grace (default 15 s), then every\n"
+        'As Vertex documents for Spot ("Compute Engine tries to restart the job up to six\n'
+        'times"): SIGTERM to every replica, SIGKILL after the grace (default 15 s), then every\n'
         "replica runs again in the same CustomJob with its environment unchanged, whatever\n"
         "the job's disableRetries. After 6 restarts the job ends FAILED as `preempt` ends it.\n"
         "The trainer records each run (docs/contracts.md, run records); the controller counts\n"
