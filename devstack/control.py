@@ -3,6 +3,7 @@ devstack (RELAUNCH_DEVSTACK_CONTROL names the server).
 
     POST /preempt   {"job": NAME, "grace_seconds": 15, "end_job": false, "code": 8 | "ABORTED",
                      "message": TEXT} -> {"preempted": true}   (code, message: the FAILED error)
+    POST /restart   {"job": NAME, "grace_seconds": 15} -> {"restarted": true}  (in place, the same job)
     POST /oom       {"job": NAME, "replica": "workerpool0-0"} -> {"killed": true}
     POST /stockout  {"queue_seconds": 0, "fail": false}
     POST /capacity  {"replicas": 2 | null, "machineType": "a2-highgpu-1g" | null, "mode": "queue" | "fail"}
@@ -81,6 +82,12 @@ def _preempt(target, body):
             error_text=message,
         )
     }
+
+
+def _restart(target, body):
+    grace = body.get("grace_seconds")
+    job = _required(body, "job")
+    return {"restarted": target.restart_in_place(job, None if grace is None else float(grace))}
 
 
 def _oom(target, body):
@@ -167,6 +174,7 @@ _POSTS = {
     "/calls": _calls,
     "/gcs": _gcs,
     "/preempt": _preempt,
+    "/restart": _restart,
     "/oom": _oom,
     "/stockout": _stockout,
     "/capacity": _capacity,
@@ -268,6 +276,10 @@ class ControlClient:
             "message": message,
         }
         return self._call("POST", "/preempt", body)["preempted"]
+
+    def restart_in_place(self, job_name: str, grace_seconds: float | None = None) -> bool:
+        body = {"job": job_name, "grace_seconds": grace_seconds}
+        return self._call("POST", "/restart", body)["restarted"]
 
     def out_of_memory(self, job_name: str, replica: str = "workerpool0-0") -> bool:
         return self._call("POST", "/oom", {"job": job_name, "replica": replica})["killed"]

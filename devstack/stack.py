@@ -143,6 +143,11 @@ class DevStack:
             job_name, grace_seconds, end_job=end_job, error_code=error_code, error_text=error_text
         )
 
+    def restart_in_place(self, job_name: str, grace_seconds: float | None = None) -> bool:
+        """Reclaim a job's VMs and restart its replicas in place (the same CustomJob), as Vertex
+        documents for Spot; False if it had already ended. KeyError if unknown."""
+        return self.vertex.restart_in_place(job_name, grace_seconds)
+
     def out_of_memory(self, job_name: str, replica: str = "workerpool0-0") -> bool:
         """Kill one replica as its memory limit would; the job ends with Vertex's OOM error."""
         return self.vertex.out_of_memory(job_name, replica)

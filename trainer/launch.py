@@ -100,6 +100,8 @@ def run_launcher(argv: list[str]) -> int:
     status_dir = tempfile.mkdtemp(prefix="relaunch-node-")
     signalled = False
     ooms_before = oom_kills()
+    if topology.node_rank == 0 and cfg.checkpoint_uri and identity.vertex_job_id:
+        record_run(cfg, identity, log)
     try:
         code, record_written, signalled = launch_workers(argv, cfg, topology, nproc, status_dir, log)
     finally:
@@ -218,6 +220,28 @@ def launch_workers(
     outcomes = status.outcomes(nproc)
     record_written = any(o is not None and o.exit_record_written for o in outcomes)
     return combine_exit_codes(outcomes, signalled), record_written, signalled
+
+
+def record_run(cfg: TrainConfig, identity: JobIdentity, log) -> None:
+    """The chief's run record: a second run of one CustomJob is Vertex restarting it in place,
+    which only this record tells the controller (docs/contracts.md, "Run records")."""
+    from trainer.storage import latest_committed, record_run_start
+
+    assert identity.vertex_job_id is not None
+    try:
+        latest = latest_committed(cfg.checkpoint_uri)
+        record = record_run_start(
+            cfg.checkpoint_uri,
+            identity.job_id,
+            identity.attempt,
+            identity.vertex_job_id,
+            latest.step if latest else None,
+        )
+    except Exception as exc:  # the run goes on: the controller still sees the attempt's ending
+        log.warning("could not write the run record", error=str(exc))
+        return
+    if record.run > 1:
+        log.warning("restarted in place by Vertex", run=record.run, resume_step=record.resume_step)
 
 
 def write_fallback_exit_record(cfg: TrainConfig, identity: JobIdentity, code: int, log) -> None:

@@ -16,6 +16,8 @@ CHECKPOINT_FORMAT = "relaunch-checkpoint/v1"
 EXIT_FORMAT = "relaunch-exit/v1"
 QUARANTINE_FORMAT = "relaunch-quarantine/v1"
 REPLICA_EXIT_FORMAT = "relaunch-replica-exit/v1"
+RUN_FORMAT = "relaunch-run/v1"
+RUNS_DIR_NAME = "runs"
 COMMIT_MARKER_NAME = "COMMITTED.json"
 # Create-only, beside COMMITTED.json: this checkpoint failed verification and must never be used.
 QUARANTINE_MARKER_NAME = "QUARANTINED.json"
@@ -166,6 +168,24 @@ def replica_exit_key(attempt: int, vertex_job_id: str | None, replica: str) -> s
 
 def replica_exit_path(root: str, attempt: int, vertex_job_id: str | None, replica: str) -> str:
     return join(root, replica_exit_key(attempt, vertex_job_id, replica))
+
+
+def runs_key(attempt: int, vertex_job_id: str | None) -> str:
+    """Folder (below the root) of the run records of one attempt's CustomJob: one per run of its
+    chief, so a restart in place (the same CustomJob run again) leaves a second one."""
+    return f"{replica_exits_key(attempt, vertex_job_id)}/{RUNS_DIR_NAME}"
+
+
+def run_record_key(attempt: int, vertex_job_id: str | None, run: int) -> str:
+    return f"{runs_key(attempt, vertex_job_id)}/run-{run:04d}.json"
+
+
+_RUN_NAME_RE = re.compile(r"/run-(\d{4,})\.json$")
+
+
+def parse_run_key(key: str) -> int | None:
+    match = _RUN_NAME_RE.search(key)
+    return int(match.group(1)) if match else None
 
 
 def replica_name(task_type: str | None, task_index: int | None, node_rank: int) -> str:
@@ -506,6 +526,64 @@ class ReplicaExit:
             detail=_optional(doc, "detail", str),
             final=_require(doc, "final", bool),
             time=_require(doc, "time", str),
+        )
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One run of an attempt's CustomJob, written by its chief's launcher as the run begins.
+
+    Run 1 is the CustomJob's first; a higher number means Vertex restarted the job in place. A
+    restarted run keeps what the previous run's exit records said (they are overwritten when
+    this run ends): the chief's, and every replica's written since the previous run began.
+    """
+
+    job_id: str
+    attempt: int
+    vertex_job_id: str | None
+    run: int
+    resume_step: int | None = None  # the newest committed step this run resumes from
+    time: str = field(default_factory=utc_now_ms)
+    previous_started: str | None = None  # the previous run record's time
+    previous_chief: ExitRecord | None = None
+    previous_replicas: tuple[ReplicaExit, ...] = ()
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "format": RUN_FORMAT,
+                "jobId": self.job_id,
+                "attempt": self.attempt,
+                "vertexJobId": self.vertex_job_id,
+                "run": self.run,
+                "resumeStep": self.resume_step,
+                "time": self.time,
+                "previousStarted": self.previous_started,
+                "previousChief": json.loads(self.previous_chief.to_json()) if self.previous_chief else None,
+                "previousReplicas": [json.loads(r.to_json()) for r in self.previous_replicas],
+            },
+            indent=1,
+        )
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> RunRecord:
+        doc = _load(text)
+        if doc.get("format") != RUN_FORMAT:
+            raise LayoutError(f"unknown run record format {doc.get('format')!r}")
+        chief = doc.get("previousChief")
+        replicas = doc.get("previousReplicas") or []
+        if not isinstance(chief, (dict, type(None))) or not isinstance(replicas, list):
+            raise LayoutError("field 'previousChief' or 'previousReplicas' has the wrong type")
+        return cls(
+            job_id=_require(doc, "jobId", str),
+            attempt=_require(doc, "attempt", int),
+            vertex_job_id=_optional(doc, "vertexJobId", str),
+            run=_require(doc, "run", int),
+            resume_step=_optional(doc, "resumeStep", int),
+            time=_require(doc, "time", str),
+            previous_started=_optional(doc, "previousStarted", str),
+            previous_chief=ExitRecord.from_json(json.dumps(chief)) if chief is not None else None,
+            previous_replicas=tuple(ReplicaExit.from_json(json.dumps(r)) for r in replicas),
         )
 
 

@@ -395,3 +395,57 @@ def read_replica_exits(
         except (FileNotFoundError, layout.LayoutError):
             continue
     return out
+
+
+def read_run_records(root: str | Storage, attempt: int, vertex_job_id: str | None) -> list[layout.RunRecord]:
+    """The run records of one attempt's CustomJob, in run order (garbled ones skipped)."""
+    store = open_storage(root) if isinstance(root, str) else root
+    folder = layout.runs_key(attempt, vertex_job_id)
+    keys = sorted(
+        (run, key) for key in store.list_files(folder) if (run := layout.parse_run_key(key)) is not None
+    )
+    out = []
+    for _, key in keys:
+        try:
+            out.append(layout.RunRecord.from_json(store.read_bytes(key)))
+        except (FileNotFoundError, layout.LayoutError):
+            continue
+    return out
+
+
+def record_run_start(
+    root: str | Storage, job_id: str, attempt: int, vertex_job_id: str, resume_step: int | None
+) -> layout.RunRecord:
+    """Record that a run of this attempt's CustomJob begins (its chief calls it once, first).
+
+    A run that finds earlier ones is a restart in place: it keeps the previous run's exit
+    records (the ones written since that run began; older ones speak of an older run) before
+    this run's own overwrite them. Create-only, so two writers never share a run number."""
+    store = open_storage(root) if isinstance(root, str) else root
+    for _ in range(5):
+        runs = read_run_records(store, attempt, vertex_job_id)
+        previous = runs[-1] if runs else None
+        number = previous.run + 1 if previous is not None else 1
+        chief: layout.ExitRecord | None = None
+        replicas: tuple[layout.ReplicaExit, ...] = ()
+        if previous is not None:
+            since = previous.time
+            chief = read_exit_record(store, attempt, vertex_job_id)
+            if chief is not None and chief.time < since[:19] + "Z":  # whole seconds: not this run's
+                chief = None
+            replicas = tuple(r for r in read_replica_exits(store, attempt, vertex_job_id) if r.time >= since)
+        record = layout.RunRecord(
+            job_id=job_id,
+            attempt=attempt,
+            vertex_job_id=vertex_job_id,
+            run=number,
+            resume_step=resume_step,
+            previous_started=previous.time if previous is not None else None,
+            previous_chief=chief,
+            previous_replicas=replicas,
+        )
+        if store.create_only(
+            layout.run_record_key(attempt, vertex_job_id, number), record.to_json().encode()
+        ):
+            return record
+    raise StorageError(f"could not record the start of a run of attempt {attempt}: run numbers kept clashing")

@@ -243,6 +243,18 @@ class CheckpointProbe:
             _log.warning("replica exit records unreadable", checkpoint_uri=checkpoint_uri, error=repr(exc))
             return []
 
+    def runs(self, checkpoint_uri: str, attempt: int, *, vertex_job_id: str) -> list[layout.RunRecord]:
+        """The run records of `attempt`'s CustomJob (one per run; a second is a restart in
+        place); [] when none was left or the folder cannot be read for a passing reason."""
+        try:
+            return storage.read_run_records(self._open(checkpoint_uri), attempt, vertex_job_id)
+        except Exception as exc:
+            refusal = _refusal(exc, checkpoint_uri, "storage.objects.list")
+            if refusal is not None:
+                raise refusal from exc
+            _log.warning("run records unreadable", checkpoint_uri=checkpoint_uri, error=repr(exc))
+            return []
+
     @staticmethod
     def _warn_about_rejected_markers(reader: Any, chosen: layout.CommitMarker | None, log: Any) -> None:
         for key in sorted(getattr(reader, "keys_read", ())):

@@ -16,14 +16,15 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from controller import logs
 from controller.adapters.checkpoints import CheckpointsUnreadable
+from controller.adapters.runs import restarts_of
 from controller.adapters.vertex import VertexBackend, job_labels, observed_event, vertex_state_name
 from controller.core import events as ev
-from controller.core.model import VERTEX_TERMINAL
+from controller.core.model import VERTEX_TERMINAL, Attempt
 
 log = logs.get("relaunch.observation")
 
@@ -123,7 +124,7 @@ class Observer:
             return AttemptObservation(
                 attempt, vertex_name, observed_event(job, attempt), from_listing=from_listing
             )
-        checkpoint, exit_record, unreadable, replicas = None, None, None, []
+        checkpoint, exit_record, unreadable, replicas, runs = None, None, None, [], []
         try:
             latest = self.checkpoints.latest(checkpoint_uri)
             if latest is not None:
@@ -131,15 +132,31 @@ class Observer:
             vertex_job_id = vertex_name.rsplit("/", 1)[-1]
             exit_record = self.checkpoints.exit_record(checkpoint_uri, attempt, vertex_job_id=vertex_job_id)
             replicas = self.checkpoints.replica_exits(checkpoint_uri, attempt, vertex_job_id=vertex_job_id)
+            runs = self.checkpoints.runs(checkpoint_uri, attempt, vertex_job_id=vertex_job_id)
         except CheckpointsUnreadable as error:
             # Not a passing fault: waiting cannot help, and the ending must still be applied.
             unreadable = error
         observed = observed_event(
             job, attempt, exit_record, progress_unknown=unreadable is not None, replica_exits=replicas
         )
+        observed = replace(observed, restarts=restarts_of(runs))
         return AttemptObservation(attempt, vertex_name, observed, checkpoint, unreadable, from_listing)
 
     def latest_checkpoint(self, checkpoint_uri: str) -> ev.CheckpointObserved | None:
         """A running job's progress probe (raises CheckpointsUnreadable like `observe` would)."""
         latest = self.checkpoints.latest(checkpoint_uri)
         return None if latest is None else ev.CheckpointObserved(latest.step, latest.uri)
+
+    def progress(self, checkpoint_uri: str, current: Attempt | None) -> list[ev.Event]:
+        """A running job's progress probe: its newest committed checkpoint and the restarts in
+        place its current attempt's run records tell (raises CheckpointsUnreadable like `observe`)."""
+        latest = self.latest_checkpoint(checkpoint_uri)
+        events: list[ev.Event] = [latest] if latest is not None else []
+        if current is not None and current.vertex_name is not None and not current.ended:
+            name = current.vertex_name
+            runs = self.checkpoints.runs(
+                checkpoint_uri, current.number, vertex_job_id=name.rsplit("/", 1)[-1]
+            )
+            if restarts := restarts_of(runs):
+                events.append(ev.RestartsObserved(current.number, name, restarts))
+        return events

@@ -29,6 +29,9 @@ class SubmitAttempt:
     # RELAUNCH_CHECKPOINT_INTERVAL_SECONDS for an `auto` job, as recorded on the attempt
     # (`controller.core.interval_choice`); None: the request's fixed value or the trainer's flags.
     checkpoint_interval_seconds: float | None = None
+    # The scheduling strategy after a stockout fallback (`core.fallback`): STANDARD or
+    # FLEX_START; None: the request's (or STANDARD with `on_demand`).
+    strategy: str | None = None
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ from controller.core.checkpoint_interval import (
     explain,
 )
 from controller.core.classify import Ending
+from controller.core.restarts import InPlaceRestart
 
 # --- the request's setting ----------------------------------------------------------------------
 
@@ -127,6 +128,30 @@ def ending_kind(facts: EndingFacts) -> EndingKind | None:
     if ending in (Ending.USER_ERROR, Ending.TIMEOUT):
         return EndingKind.USER_ERROR
     return None  # CAPACITY, NO_USABLE_CHECKPOINT
+
+
+def restart_endings(
+    restarts: Iterable[InPlaceRestart], started_at: float | None
+) -> tuple[tuple[EndingKind, float], ...]:
+    """Each restart in place of an attempt as an ending of its own for the book, with the run it
+    cut short as its exposure (from the attempt's start, or the previous restart, to the run's
+    end): a failure as USER_ERROR, a reclaim whose run resumed where the previous one stopped as
+    RECLAIM_SAVED, one with no exit record as KILLED, any other as RECLAIM_UNSAVED."""
+    out = []
+    begin = started_at
+    for restart in sorted(restarts, key=lambda r: r.run):
+        seconds = max(0.0, restart.at - begin) if begin is not None else 0.0
+        if restart.previous_failed:
+            kind = EndingKind.USER_ERROR
+        elif restart.lost_no_work:
+            kind = EndingKind.RECLAIM_SAVED
+        elif restart.previous_ended_at is None:
+            kind = EndingKind.KILLED
+        else:
+            kind = EndingKind.RECLAIM_UNSAVED
+        out.append((kind, seconds))
+        begin = restart.started_at
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -231,19 +256,25 @@ class Ledger:
         exposure: float,
         now: float,
         prior: RateEstimate | None = None,
+        restarts: tuple[tuple[EndingKind, float], ...] = (),
     ) -> Ledger:
         """Fold one ended attempt in; the same (job, attempt) a second time changes nothing.
 
         `kind` None (an ending that teaches nothing) is still marked counted, so a later look at
         the same attempt does not reconsider it. `prior` seeds a class the book has not seen yet
-        (None: the estimator's documented prior for the class)."""
+        (None: the estimator's documented prior for the class). `restarts`: the attempt's restarts
+        in place (`restart_endings`), each an ending of its own, folded in first; the attempt's
+        own ending keeps the rest of its exposure."""
         if self.has_counted(job_id, attempt):
             return self
         book = self.book
         if kind is not None:
             if prior is not None and not any(c == capacity for c, _ in book.estimates):
                 book = replace(book, estimates=(*book.estimates, (capacity, prior)))
-            book = book.observe(capacity, kind, exposure)
+            for restart_kind, seconds in restarts:
+                book = book.observe(capacity, restart_kind, seconds)
+            rest = max(0.0, exposure - sum(seconds for _, seconds in restarts))
+            book = book.observe(capacity, kind, rest)
         known = next((c for c in self.counted if c.job_id == job_id), None)
         if known is None:
             entry = Counted(job_id, attempt, now, tuple(range(1, attempt)))

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from controller.core import confirm, elastic
+from controller.core import confirm, elastic, fallback, restarts
 from controller.core import events as ev
 from controller.core.actions import (
     Action,
@@ -251,6 +251,7 @@ def _on_submit_failed(
         if state.next_attempt_at is not None and state.next_attempt_at > now:
             return state, [ScheduleWakeup(state.next_attempt_at)]  # this refusal is known already
         retry_at = now + config.capacity_retry_seconds * rng.uniform(1.0, 1.2)
+        retry_at = _no_later_than_fallback(state, now, retry_at)
         state, alerts = _capacity_refused(replace(state, next_attempt_at=retry_at), now, event.message)
         since = state.capacity_wait_since
         if since is not None and _smaller_size(state) is not None and _shrink_due(state, since, now):
@@ -289,6 +290,13 @@ def _on_vertex_observed(
         # Adopted while cancelling, or the cancel has not landed yet: (re)ask.
         actions.append(CancelVertexJob(event.vertex_name, event.attempt))
 
+    if event.restarts:  # restarts in place the trainer recorded, counted before the ending
+        terminal = event.vertex_state in VERTEX_TERMINAL
+        judge = not terminal and not state.cancel_requested
+        state, counted = _count_restarts(state, event.attempt, event.restarts, now, config, judge=judge)
+        actions += counted
+        if state.phase.terminal:
+            return state, actions
     if event.vertex_state in VERTEX_TERMINAL:
         settling = _settle_unexplained_failure(state, event, now, config)
         if settling is not None:
@@ -341,6 +349,68 @@ def _on_checkpoint_observed(
     return replace(state, latest_checkpoint_step=event.step, latest_checkpoint_uri=event.uri), []
 
 
+def _on_restarts_observed(
+    state: JobState, event: ev.RestartsObserved, now: float, rng: random.Random, config: CoreConfig
+) -> Outcome:
+    current = _attempt(state, event.attempt)
+    if current is None or current.ended or current.vertex_name != event.vertex_name:
+        return state, []  # an ended attempt's restarts are read with its ending
+    # Counted while a cancel is under way too, but a job being cancelled is not failed for them.
+    judge = not state.cancel_requested
+    return _count_restarts(state, event.attempt, event.restarts, now, config, judge=judge)
+
+
+def _count_restarts(
+    state: JobState,
+    number: int,
+    observed: tuple[restarts.InPlaceRestart, ...],
+    now: float,
+    config: CoreConfig,
+    *,
+    judge: bool,
+) -> Outcome:
+    """Count each restart in place of attempt `number` once (`controller.core.restarts`): a
+    preemption or a failure, as an attempt's ending would be. `judge`: the budgets may end the
+    job now, stopping its live CustomJob (an ending being decided judges them itself)."""
+    attempt = next((a for a in state.attempts if a.number == number), None)
+    fresh = restarts.unseen(attempt.restarts, observed) if attempt is not None else ()
+    if not fresh:
+        return state, []
+    failed = sum(1 for r in fresh if r.previous_failed)
+    state = replace(
+        state,
+        attempts=tuple(
+            replace(a, restarts=a.restarts + fresh) if a.number == number else a for a in state.attempts
+        ),
+        failures=state.failures + failed,
+        preemptions=state.preemptions + len(fresh) - failed,
+    )
+    if not judge:
+        return state, []
+    last = f"attempt {number} {fresh[-1].describe()}"
+    limit = state.policy.max_preemptions
+    if state.failures > state.policy.max_failures:
+        return _fail_and_stop(
+            state,
+            f"failure budget exhausted ({state.failures} failures, maxFailures={state.policy.max_failures}); last: {last}",
+            now,
+        )
+    if limit is not None and state.preemptions > limit:
+        return _fail_and_stop(
+            state, f"preempted {state.preemptions} times, more than maxPreemptions={limit}; last: {last}", now
+        )
+    return _preemption_storm_alert(state, now, config)
+
+
+def _fail_and_stop(state: JobState, reason: str, now: float) -> Outcome:
+    """Fail the job while its current attempt may still run: its CustomJob is cancelled."""
+    current = state.current
+    state, actions = _fail(state, "job_failed", reason, now)
+    if current is not None and not current.ended and current.vertex_name is not None:
+        actions.append(CancelVertexJob(current.vertex_name, current.number))
+    return state, actions
+
+
 def _on_timer(
     state: JobState, event: ev.TimerFired, now: float, rng: random.Random, config: CoreConfig
 ) -> Outcome:
@@ -349,6 +419,11 @@ def _on_timer(
     if state.phase is Phase.SUBMITTING:
         if state.next_attempt_at is not None and now < state.next_attempt_at:
             return state, [ScheduleWakeup(state.next_attempt_at)]
+        submitting = _current(state)
+        wanted = fallback.strategy(state.policy, state.attempts, state.capacity_wait_since, now)
+        if wanted is not None and submitting.strategy is None and submitting.vertex_name is None:
+            # Creates refused for quota for the stated wait: the create tried again falls back.
+            state = state.with_current(strategy=wanted)
         return replace(state, next_attempt_at=None), [_submit_action(_current(state), create=True)]
     if state.phase is Phase.BACKING_OFF:
         if state.next_attempt_at is not None and now < state.next_attempt_at:
@@ -387,8 +462,9 @@ def _on_timer_and_confirmations(
 
 def _judge_budgets(state: JobState, now: float, why: str, *, attempt: int | None = None) -> Outcome:
     """After an ending's record changed later (confirm.py): the budgets it now spends may end the
-    job. Never a new attempt; a live one is cancelled when the job fails."""
-    if state.phase.terminal:
+    job. Never a new attempt; a live one is cancelled when the job fails. A cancel asked for wins:
+    such a job ends cancelled, not failed."""
+    if state.phase.terminal or state.cancel_requested:
         return state, []
     if state.failures > state.policy.max_failures:
         reason = f"failure budget exhausted ({state.failures} failures, maxFailures={state.policy.max_failures}; {why})"
@@ -437,6 +513,7 @@ _HANDLERS: dict[type, Callable[..., Outcome]] = {
     ev.VertexObserved: _on_vertex_observed,
     ev.VertexJobMissing: _on_vertex_job_missing,
     ev.CheckpointObserved: _on_checkpoint_observed,
+    ev.RestartsObserved: _on_restarts_observed,
     ev.TimerFired: _on_timer_and_confirmations,
     ev.CancelRequested: _on_cancel,
 }
@@ -477,7 +554,12 @@ def _settle_unexplained_failure(
     first_seen = _current(state).failed_unexplained_at
     if first_seen is None:
         first_seen = now
-        state = state.with_current(failed_unexplained_at=now, vertex_state=event.vertex_state)
+        state = state.with_current(
+            failed_unexplained_at=now,
+            vertex_state=event.vertex_state,
+            vertex_ended_at=event.end_time or now,
+            decision_due_at=now + config.error_settle_seconds,
+        )
     due = first_seen + config.error_settle_seconds
     if now >= due:
         return None
@@ -601,10 +683,21 @@ def _wait_for_capacity(
         state, actions = _start_attempt(state, now, replicas=_smaller_size(state))
         return state, [*alerts, *actions]
     delay = max(state.policy.backoff.delay(state.retry_streak, rng), config.capacity_retry_seconds)
-    wake = now + delay
-    state = replace(state, phase=Phase.BACKING_OFF, next_attempt_at=wake)
     state, alerts = _capacity_refused(state, now, message)
+    wake = _no_later_than_fallback(state, now, now + delay)
+    state = replace(state, phase=Phase.BACKING_OFF, next_attempt_at=wake)
     return state, [*alerts, ScheduleWakeup(wake)]
+
+
+def _no_later_than_fallback(state: JobState, now: float, wake: float) -> float:
+    """A wait for capacity ends when the fallback falls due (`core.fallback`): at once, when it
+    is due already and no attempt has fallen back yet."""
+    if any(a.strategy is not None for a in state.attempts):
+        return wake
+    due = fallback.due_at(
+        state.policy, state.capacity_wait_since if state.capacity_wait_since is not None else now
+    )
+    return wake if due is None else max(now, min(wake, due))
 
 
 def _restart_not_counted(
@@ -778,6 +871,7 @@ def _start_attempt(state: JobState, now: float, replicas: elastic.Size | None = 
         on_demand=switch_after is not None and state.preemptions >= switch_after,
         intent_at=now,
         replicas=replicas if replicas is not None else _next_size(state, now),
+        strategy=fallback.strategy(state.policy, state.attempts, state.capacity_wait_since, now),
     )
     state = replace(state, attempts=state.attempts + (attempt,), phase=Phase.SUBMITTING, next_attempt_at=None)
     return state, [_submit_action(attempt, create=True)]
@@ -791,6 +885,7 @@ def _submit_action(attempt: Attempt, *, create: bool) -> SubmitAttempt:
         attempt.on_demand,
         create_if_missing=create,
         replicas=attempt.replicas,
+        strategy=attempt.strategy,
     )
 
 
@@ -1006,18 +1101,23 @@ def _capacity_refused(state: JobState, now: float, message: str) -> Outcome:
 
 def _preemption_storm_alert(state: JobState, now: float, config: CoreConfig) -> Outcome:
     window_start = now - config.preemption_storm_window_seconds
-    recent = [
-        a for a in state.attempts if a.ending is Ending.PREEMPTED and (a.ended_at or now) >= window_start
-    ]
+    recent = sum(
+        1 for a in state.attempts if a.ending is Ending.PREEMPTED and (a.ended_at or now) >= window_start
+    ) + sum(  # restarts in place are reclaims too
+        1
+        for a in state.attempts
+        for r in a.restarts
+        if r.counted_as == restarts.COUNTED_PREEMPTION and r.at >= window_start
+    )
     already = any(a.kind == "preemption_storm" and a.at >= window_start for a in state.alerts)
-    if len(recent) < config.preemption_storm_count or already:
+    if recent < config.preemption_storm_count or already:
         return state, []
     state = _record_alert(state, "preemption_storm", now)
     alert = RaiseAlert(
         "preemption_storm",
         "WARNING",
-        f"job {state.job_id} was preempted {len(recent)} times in the last "
+        f"job {state.job_id} was preempted {recent} times in the last "
         f"{config.preemption_storm_window_seconds:.0f}s",
-        {**_alert_details(state), "recentPreemptions": len(recent)},
+        {**_alert_details(state), "recentPreemptions": recent},
     )
     return state, [alert]

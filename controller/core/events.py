@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from controller.core.classify import ReplicaExit
+from controller.core.restarts import InPlaceRestart
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,18 @@ class VertexObserved:
     final_step: int | None = None
     # Every replica's own exit record for this CustomJob (`trainer.layout.ReplicaExit`, as facts).
     replica_exits: tuple[ReplicaExit, ...] = ()
+    # Restarts of this CustomJob in place that the trainer's run records tell (read at an ending).
+    restarts: tuple[InPlaceRestart, ...] = ()
+
+
+@dataclass(frozen=True)
+class RestartsObserved:
+    """The trainer's run records of a running attempt's CustomJob: Vertex restarted it in place
+    this many times (`controller.core.restarts`), read by a progress probe."""
+
+    attempt: int
+    vertex_name: str
+    restarts: tuple[InPlaceRestart, ...]
 
 
 @dataclass(frozen=True)
@@ -116,6 +129,7 @@ Event = (
     | VertexObserved
     | VertexJobMissing
     | CheckpointObserved
+    | RestartsObserved
     | TimerFired
     | CancelRequested
     | AlertDelivered

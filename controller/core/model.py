@@ -14,6 +14,7 @@ from typing import Any
 from controller.core.classify import Ending
 from controller.core.elastic import ElasticPolicy
 from controller.core.policy import RestartPolicy
+from controller.core.restarts import InPlaceRestart
 
 
 class Phase(str, Enum):
@@ -84,6 +85,15 @@ class Attempt:
     evidence: str = ""
     # This ending already added to the job's no-progress streak (the crash-loop count).
     stalled: bool = False
+    # Restarts of this attempt's CustomJob in place, each counted once (`controller.core.restarts`).
+    restarts: tuple[InPlaceRestart, ...] = ()
+    # Held back while Vertex's error is awaited (`failed_unexplained_at`): when Vertex ended it,
+    # and when the ending is decided at the latest (the status says so, with the time left).
+    vertex_ended_at: float | None = None
+    decision_due_at: float | None = None
+    # The scheduling strategy this attempt falls back to after a stockout (`core.fallback`):
+    # "STANDARD" or "FLEX_START"; None: the request's (or on_demand's STANDARD).
+    strategy: str | None = None
 
     @property
     def ended(self) -> bool:
@@ -170,6 +180,7 @@ class JobState:
                     **a,
                     "ending": Ending(a["ending"]) if a.get("ending") else None,
                     "replicas": tuple(a["replicas"]) if a.get("replicas") is not None else None,
+                    "restarts": tuple(InPlaceRestart(**r) for r in a.get("restarts", ())),
                 }
             )
             for a in data.get("attempts", ())

@@ -59,6 +59,9 @@ class RestartPolicy:
       scheduling instead of SPOT (None = never switch).
     - `on_no_usable_checkpoint`: `fail` (default) or `restartFromScratch` when the trainer
       reports that no checkpoint under the job's root can be loaded.
+    - `fallback_strategy`, `fallback_after_seconds`: after a stockout before start that lasted
+      this long, ask for this strategy instead (`STANDARD` or `FLEX_START`;
+      `controller.core.fallback`); None = never.
     """
 
     max_failures: int = 3
@@ -67,6 +70,8 @@ class RestartPolicy:
     crash_loop_attempts: int = 3
     on_demand_after_preemptions: int | None = None
     on_no_usable_checkpoint: str = NO_CHECKPOINT_FAIL
+    fallback_strategy: str | None = None
+    fallback_after_seconds: float | None = None
 
     # --- the two serialised forms ----------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -91,4 +96,16 @@ class RestartPolicy:
             "crashLoopAttempts": self.crash_loop_attempts,
             "onDemandAfterPreemptions": self.on_demand_after_preemptions,
             "onNoUsableCheckpoint": self.on_no_usable_checkpoint,
+            # Only when set: the canonical form (and so the fingerprint) of requests without it
+            # stays what it was.
+            **(
+                {
+                    "fallbackAfterStockout": {
+                        "strategy": self.fallback_strategy,
+                        "after": float(self.fallback_after_seconds or 0.0),
+                    }
+                }
+                if self.fallback_strategy is not None
+                else {}
+            ),
         }

@@ -8,8 +8,11 @@ steps (`resumeFromStep`, `checkpointStepAtEnd`):
 
 - total: from the job's creation (first submission) to its end (the last attempt's end, or the
   last update, once the job is terminal), or to `now` while it is still live.
-- running time of an attempt: `startedAt` to `endedAt` (or `now` while it runs). An attempt
-  that never started (a stockout) has none.
+- running time of an attempt: `startedAt` to `endedAt` (or `now` while it runs; Vertex's end,
+  `vertexEndedAt`, while the decision on its ending is awaited), less the dead time of its
+  restarts in place (from a run's end, by its exit records, to the next run's start: `restarts`,
+  controller/core/restarts.py), which is restarting. An attempt that never started (a stockout)
+  has none.
 - steps an attempt advanced: `checkpointStepAtEnd` minus the furthest committed step known
   before it (its `resumeFromStep`, or an earlier attempt's `checkpointStepAtEnd` if higher; a
   missing step counts as 0). Only committed steps survive an attempt, and steps done a second
@@ -17,7 +20,9 @@ steps (`resumeFromStep`, `checkpointStepAtEnd`):
 - step rate: each attempt's apparent rate is advanced / running time. It counts any lost time
   as if it were training, so it can only underestimate; the job's rate is the highest apparent
   rate among its attempts (the one that wasted least).
-- productive time: a succeeded attempt's whole running time; a still-running attempt's running
+- productive time: a succeeded attempt's whole running time, unless it trained nothing (it
+  resumed from a committed step and neither committed a newer one nor, by the trainer's count,
+  trained past it: a 0-step attempt is all unproductive); a still-running attempt's running
   time so far (nothing is lost until it ends); for an attempt that ended any other way,
   advanced / job rate.
 - lost ("unproductive running") time: the rest of an ended, unsuccessful attempt's running
@@ -27,8 +32,9 @@ steps (`resumeFromStep`, `checkpointStepAtEnd`):
   number of recomputed steps; `relaunch demo` prints it.
 - waiting for capacity: `submittedAt` to `startedAt` of each attempt (to `endedAt` for one
   that never started, to `now` for one still queued).
-- restarting: what remains of the total: queueing before the first submission, backoff
-  between attempts, and the time from an attempt's end to the next one's submission.
+- restarting: what remains of the total: queueing before the first submission, the dead time
+  from an attempt's end (Vertex's end time) to the next one's submission (deciding, backoff),
+  and the dead time of restarts in place.
 - goodput = productive / total.
 
 Where the trainer left its own figures (`trainerFigures` of an attempt, from its exit record and
@@ -152,10 +158,22 @@ def job_end(view: Json, now: float) -> float:
 
 
 def _running(attempt: Json, now: float) -> float:
+    """Running time, without the dead time of restarts in place (restarting, not running), to
+    the attempt's end: Vertex's end while its decision is awaited, `now` while it runs."""
     started = attempt.get("startedAt")
     if started is None:
         return 0.0
-    return max(0.0, _first(attempt.get("endedAt"), now) - float(started))
+    stop = _first(attempt.get("endedAt"), attempt.get("vertexEndedAt"), now)
+    return max(0.0, stop - float(started) - _restarting_in_place(attempt))
+
+
+def _restarting_in_place(attempt: Json) -> float:
+    """Dead time between the runs of an attempt's CustomJob (its restarts in place)."""
+    return sum(
+        max(0.0, float(r["startedAt"]) - float(r["previousEndedAt"]))
+        for r in attempt.get("restarts") or []
+        if r.get("previousEndedAt") is not None
+    )
 
 
 def _figures(attempt: Json) -> Json | None:
@@ -199,6 +217,17 @@ def _trained(attempts: list[Json]) -> list[int]:
         figures = _figures(attempt)
         out.append(max(advanced, int(figures["stepAtEnd"]) - start) if figures is not None else advanced)
     return out
+
+
+def _trained_nothing(attempt: Json, start: int, advanced: int) -> bool:
+    """An ended attempt known to have trained 0 steps (resumed from a committed step and left
+    none newer, nor any step by the trainer's count): its running time is not productive."""
+    if attempt.get("ending") is None or start <= 0 or advanced > 0:
+        return False
+    figures = _figures(attempt)
+    if figures is not None:
+        return int(figures["stepAtEnd"]) <= start
+    return attempt.get("checkpointStepAtEnd") is not None
 
 
 def _waiting(attempt: Json, now: float) -> float:
@@ -246,7 +275,7 @@ def compute(document: Json, now: float) -> Goodput:
         running = _running(attempt, now)
         ending = attempt.get("ending")
         nodes = _nodes(attempt)
-        if ending is None or ending == "succeeded":
+        if (ending is None or ending == "succeeded") and not _trained_nothing(attempt, start, advanced):
             productive = running
         elif per_node is None:
             productive = 0.0

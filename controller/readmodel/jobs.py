@@ -51,6 +51,8 @@ def transition_entries(
             else "from scratch"
         )
         spot = "on-demand" if current.on_demand else "spot"
+        if current.strategy is not None and not current.on_demand:
+            spot = f"{current.strategy}, the fallback after a stockout"
         size = ""
         if new.elastic is not None and current.replicas is not None:
             size = f" on {elastic.describe(current.replicas)}"
@@ -102,6 +104,8 @@ def transition_entries(
                 )
             )
     entries += _corrections(old, new, now)
+    entries += _restarts_in_place(old, new)
+    entries += _held_back(old, new, now)
     if (
         new.phase is Phase.BACKING_OFF
         and old.phase is not Phase.BACKING_OFF
@@ -143,6 +147,55 @@ def _corrections(old: JobState, new: JobState, now: float) -> list[Json]:
             )
         )
     return out
+
+
+def _restarts_in_place(old: JobState, new: JobState) -> list[Json]:
+    """Each restart of an attempt's CustomJob in place, once, when it is counted (core/restarts.py)."""
+    before = {a.number: len(a.restarts) for a in old.attempts}
+    out = []
+    for a in new.attempts:
+        for restart in a.restarts[before.get(a.number, 0) :]:
+            out.append(
+                entry(
+                    restart.at,
+                    a.number,
+                    f"attempt {a.number} {restart.describe()}; now {new.preemptions} preemptions, "
+                    f"{new.failures} failures",
+                    restart=restart.to_dict(),
+                    countedAs=restart.counted_as,
+                )
+            )
+    return out
+
+
+def _held_back(old: JobState, new: JobState, now: float) -> list[Json]:
+    """An ending held back for Vertex's error (core/decide.py `_settle_unexplained_failure`)."""
+    c, was = new.current, old.current
+    if c is None or c.decision_due_at is None or (was is not None and was.decision_due_at is not None):
+        return []
+    return [
+        entry(
+            c.vertex_ended_at or now,
+            c.number,
+            f"attempt {c.number} ended {c.vertex_state or 'FAILED'}; deciding how once Vertex sets its "
+            f"error, at most {max(0.0, c.decision_due_at - now):.0f}s from now",
+            decisionDueAt=c.decision_due_at,
+        )
+    ]
+
+
+def pending_note(view: Json, now: float) -> str | None:
+    """Between an attempt's end and its decision (Vertex's error awaited, core/decide.py
+    `_settle_unexplained_failure`): what the phase shows, with the time left; None otherwise."""
+    attempts = view.get("attempts") or []
+    last = attempts[-1] if attempts else None
+    if last is None or last.get("ending") or last.get("decisionDueAt") is None:
+        return None
+    left = max(0.0, float(last["decisionDueAt"]) - now)
+    return (
+        f"attempt {last['number']} ended {last.get('vertexState') or 'FAILED'}; deciding how "
+        f"(Vertex's error awaited, at most {left:.0f}s more)"
+    )
 
 
 def _size_note(state: JobState) -> str:
@@ -214,6 +267,11 @@ def status_document(document: Json | JobRecord, *, with_timeline: bool = True) -
                 # Replicas per pool this attempt asked for (the request's unless it was shrunk).
                 "replicas": list(a.replicas or requested),
                 "shrunk": a.replicas is not None and list(a.replicas) != requested,
+                # Restarts of its CustomJob in place (core/restarts.py), each counted once.
+                "restarts": [r.to_dict() for r in a.restarts],
+                "strategy": a.strategy,
+                "vertexEndedAt": a.vertex_ended_at,
+                "decisionDueAt": a.decision_due_at,
             }
             for a in state.attempts
         ],

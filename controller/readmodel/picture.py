@@ -86,12 +86,18 @@ def attempts_svg(view: Json, timeline: list[Json], result: Goodput, now: float) 
             parts.append(_bar(x(previous_end), x(queued_from), y, RESTARTING_COLOUR, gap))
         if queued_from and wait_until > queued_from:
             parts.append(_bar(x(queued_from), x(wait_until), y, WAITING_COLOUR, "waiting for capacity"))
-        if started:
-            stop = ended or now
+        if started is not None:
+            stop = ended or attempt.get("vertexEndedAt") or now
             ending = attempt.get("ending")
             colour = ENDING_COLOURS.get(ending or "", RUNNING_COLOUR)
             label = f"attempt {number}: {ending or 'running'}, ran {duration(stop - started)}"
             parts.append(_bar(x(started), x(stop), y, colour, label))
+            parts += [
+                _bar(x(a), x(b), y, RESTARTING_COLOUR, f"restarting in place: {duration(b - a)} (run {run})")
+                for a, b, run in _restart_gaps(attempt)
+            ]
+            if not ended and attempt.get("vertexEndedAt"):  # ended; its decision is awaited
+                parts.append(_bar(x(stop), x(now), y, RESTARTING_COLOUR, "ended; deciding how"))
             wasted = lost.get(number, 0.0)
             if ended and wasted > 0:
                 parts.append(
@@ -122,6 +128,15 @@ def attempts_svg(view: Json, timeline: list[Json], result: Goodput, now: float) 
     parts.append(_legend(axis_y + 40, legend))
     parts.append("</svg>")
     return "\n".join(parts)
+
+
+def _restart_gaps(attempt: Json) -> list[tuple[float, float, int]]:
+    """(previous run's end, restart's start, run) of each restart in place with a known end."""
+    return [
+        (float(r["previousEndedAt"]), float(r["startedAt"]), int(r["run"]))
+        for r in attempt.get("restarts") or []
+        if r.get("previousEndedAt") is not None and r["startedAt"] > r["previousEndedAt"]
+    ]
 
 
 def _bar(x0: float, x1: float, y: float, fill: str, title: str, opacity: float = 1.0) -> str:

@@ -161,6 +161,33 @@ class BackoffModel(_Strict):
         return value
 
 
+class FallbackModel(_Strict):
+    """After a stockout before start that lasts, ask for another scheduling strategy."""
+
+    strategy: Literal["STANDARD", "FLEX_START"] = Field(
+        description="The strategy to fall back to: STANDARD (on-demand) or FLEX_START (Dynamic "
+        "Workload Scheduler).",
+    )
+    after: Any = Field(
+        description=(
+            "How long attempts may be refused for capacity before they start (Vertex's stockout "
+            "ending, or creates refused for quota) before the next one asks for the fallback: "
+            "seconds, or '90s', '15m', '2h' (1 s to 30 days)."
+        ),
+        json_schema_extra={"type": ["number", "string"]},
+    )
+
+    @field_validator("after")
+    @classmethod
+    def _valid_after(cls, value: Any) -> Any:
+        parse_duration(value, "after")
+        return value
+
+    @property
+    def after_seconds(self) -> float:
+        return parse_duration(self.after, "after")
+
+
 class RestartPolicyModel(_Strict):
     """What Relaunch may do when an attempt ends without success."""
 
@@ -192,9 +219,20 @@ class RestartPolicyModel(_Strict):
         "alerted): fail the job (default), or restart training from step 0.",
     )
 
+    fallback_after_stockout: FallbackModel | None = Field(
+        None,
+        description="After a stockout before start that lasted `after`, later attempts ask for "
+        "`strategy` instead (they keep it); null = stay on the jobSpec's strategy.",
+    )
+
     def to_policy(self) -> RestartPolicy:
-        # The model's fields are the policy's fields, so the snake_case dump is its stored form.
-        return RestartPolicy.from_dict(self.model_dump())
+        # The model's fields are the policy's fields (the fallback flattened), so the snake_case
+        # dump is its stored form.
+        data = self.model_dump(exclude={"fallback_after_stockout"})
+        fallback = self.fallback_after_stockout
+        if fallback is not None:
+            data |= {"fallback_strategy": fallback.strategy, "fallback_after_seconds": fallback.after_seconds}
+        return RestartPolicy.from_dict(data)
 
 
 # Bounds of `checkpoint.interval` (fixed seconds, and auto's min/max).

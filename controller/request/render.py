@@ -14,6 +14,7 @@ is exactly what would be created. Rules (also in docs/requests.md):
 - replica counts: the attempt's own size where the controller chose one (an elastic job,
   `minReplicaCount`, which Vertex does not know and never sees), else the request's;
 - scheduling strategy: STANDARD (on-demand; `ON_DEMAND` is deprecated) when `on_demand` is set;
+  the stockout fallback's (`restartPolicy.fallbackAfterStockout`) once it fell due;
   SPOT when the user set none (Relaunch exists for Spot capacity, and Vertex's own default would
   be STANDARD); the user's otherwise;
 - Vertex's own retries: `disableRetries: true` unless the request sets `disableRetries` or
@@ -85,12 +86,15 @@ def build_custom_job(
     on_demand: bool = False,
     checkpoint_interval_seconds: float | None = None,
     replicas: tuple[int, ...] | None = None,
+    strategy: str | None = None,
 ) -> vertex.CustomJob:
     """The CustomJob for attempt `attempt` (1-based) of `request`.
 
     `checkpoint_interval_seconds` is what the controller chose for this attempt (for an `auto`
     request); None renders the request's fixed interval, if it has one. `replicas`: the attempt's
-    replica count per pool (an elastic job's chosen size); None keeps the request's."""
+    replica count per pool (an elastic job's chosen size); None keeps the request's. `strategy`:
+    the stockout fallback's (`STANDARD` or `FLEX_START`, controller/core/fallback.py), unless
+    `on_demand` asks for STANDARD anyway."""
     if isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 1:
         raise ValueError(f"attempt counts from 1 (got {attempt!r})")
     spec = vertex.CustomJobSpec.deserialize(vertex.CustomJobSpec.serialize(request.job_spec))
@@ -118,13 +122,17 @@ def build_custom_job(
         elif "python_package_spec" in pool:
             pool.python_package_spec.env = _with_relaunch_env(pool.python_package_spec.env, ours)
 
-    strategy = vertex.Scheduling.Strategy
-    if on_demand:
-        spec.scheduling.strategy = strategy.STANDARD
+    strategies = vertex.Scheduling.Strategy
+    if on_demand or strategy == "STANDARD":
+        spec.scheduling.strategy = strategies.STANDARD
         # maxWaitDuration applies to FLEX_START only; Vertex rejects it with STANDARD.
         spec.scheduling.max_wait_duration = None
-    elif spec.scheduling.strategy == strategy.STRATEGY_UNSPECIFIED:
-        spec.scheduling.strategy = strategy.SPOT
+    elif strategy == "FLEX_START":
+        spec.scheduling.strategy = (
+            strategies.FLEX_START
+        )  # maxWaitDuration: the request's, or Vertex's default
+    elif spec.scheduling.strategy == strategies.STRATEGY_UNSPECIFIED:
+        spec.scheduling.strategy = strategies.SPOT
     if not _user_set_vertex_retries(request):
         spec.scheduling.disable_retries = True
 

@@ -42,6 +42,7 @@ from controller.core.adaptive_interval import (
     ending_kind,
     estimate_for,
     exposure,
+    restart_endings,
 )
 from controller.core.checkpoint_interval import CapacityClass, RateEstimate
 from controller.core.interval_choice import IntervalInputs
@@ -191,9 +192,10 @@ class IntervalKeeper:
         kind = ending_kind(facts)
         capacity = self.capacity(request, attempt.number, attempt.on_demand)
         exposed = exposure(facts)
+        restarts = restart_endings(attempt.restarts, attempt.started_at)  # each one an ending too
         self.update_ledger(
             lambda ledger: ledger.record(
-                job_id, attempt.number, capacity, kind, exposed.seconds, now, prior=self.prior(capacity)
+                job_id, attempt.number, capacity, kind, exposed.seconds, now, self.prior(capacity), restarts
             )
         )
         log.info(

@@ -356,12 +356,11 @@ class Reconciler(LedgerSteps):
             self._probe_wanted |= job_ids
 
     def _probe(self, state: JobState) -> list[ev.Event]:
-        try:
-            latest = self.observer.latest_checkpoint(self._request(state.job_id).checkpoint_uri)
+        try:  # the newest checkpoint, and the restarts in place of the running CustomJob
+            return self.observer.progress(self._request(state.job_id).checkpoint_uri, state.current)
         except CheckpointsUnreadable as error:
             self._checkpoints_unreadable(state.job_id, state.current.number if state.current else 0, error)
             return []
-        return [latest] if latest is not None else []
 
     def _checkpoints_unreadable(self, job_id: str, attempt: int, error: CheckpointsUnreadable) -> None:
         log.error(

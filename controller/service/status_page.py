@@ -21,6 +21,7 @@ from html import escape
 from urllib.parse import quote, unquote
 
 from controller.readmodel.goodput import compute, duration
+from controller.readmodel.jobs import pending_note
 from controller.readmodel.picture import ENDING_COLOURS, attempts_svg
 from controller.readmodel.printable import counted, printable
 
@@ -153,7 +154,8 @@ def _logs(job_id: str, attempt: dict) -> str:
 
 def _job_detail(doc: dict, now: float) -> str:
     result = compute(doc, now)
-    reason = f" ({_text(doc['terminalReason'])})" if doc.get("terminalReason") else ""
+    note = doc.get("terminalReason") or pending_note(doc, now)
+    reason = f" ({_text(note)})" if note else ""
     summary = (
         "<table id='summary'>"
         f"<tr><th>Name</th><td>{_text(doc.get('displayName') or '')}</td></tr>"

@@ -59,6 +59,7 @@ def submit(
             on_demand=action.on_demand,
             checkpoint_interval_seconds=action.checkpoint_interval_seconds,
             replicas=action.replicas,
+            strategy=action.strategy,
         )
 
     crash_point("after-intent")

@@ -465,6 +465,25 @@ class VertexEmulator:
             self.wake(record)
             return True
 
+    def restart_in_place(self, job_name: str, grace_seconds: float | None = None) -> bool:
+        """Reclaim the job's VMs and restart its replicas in place, as "Use Spot VMs with
+        training" documents (https://cloud.google.com/vertex-ai/docs/training/use-spot-vms:
+        "Compute Engine tries to restart the job up to six times"): SIGTERM, the grace, SIGKILL,
+        then every replica runs again with its environment unchanged; the job stays the same
+        CustomJob (RUNNING, or PENDING with `pending_during_restart`). Unlike `preempt`, whether
+        `disableRetries` stops reclaim restarts (unknown) does not matter here; once the six
+        restarts are used up the job ends FAILED as a reclaim does. False if the job had already
+        ended or is being cancelled; KeyError if it is unknown."""
+        with self.changed:
+            record = self._jobs[job_name]
+            if not record.active or record.cancel_requested:
+                return False
+            if record.reclaim is None:
+                grace = self.behaviour.reclaim_grace_seconds if grace_seconds is None else grace_seconds
+                record.reclaim = Reclaim(max(float(grace), 0.0), False, in_place=True)
+            self.wake(record)
+            return True
+
     def out_of_memory(self, job_name: str, replica: str = "workerpool0-0") -> bool:
         """Kill one replica as the container's memory limit would (SIGKILL, status 137); the
         job then ends FAILED with Vertex's documented out-of-memory error, not restarted.

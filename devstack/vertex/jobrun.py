@@ -105,6 +105,9 @@ class Reclaim:
     # documents neither the code nor the text of a reclaim, so a test can pick any per call.
     error_code: int | None = None
     error_text: str | None = None
+    # `restart_in_place`: restart in place even where the (unknown) `disableRetries` knob would
+    # stop reclaim restarts; still at most the documented six times.
+    in_place: bool = False
 
 
 @dataclass
@@ -349,7 +352,7 @@ class JobRunner:
         if reclaim is not None:
             # SIGTERM, the grace, SIGKILL; a grace of 0 is a SIGKILL with no warning at all.
             replica_procs.terminate(record.replicas, reclaim.grace_seconds, sigterm=reclaim.grace_seconds > 0)
-            restarts_allowed = not (
+            restarts_allowed = reclaim.in_place or not (
                 self._retries_disabled() and behaviour.disable_retries_stops_reclaim_restarts
             )
             with host.changed:

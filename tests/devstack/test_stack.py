@@ -287,3 +287,7 @@ def test_preempt_help_states_the_defaults_devstack_uses(relaunch):
     assert f"default {defaults.reclaim_grace_seconds:g}," in shown
     assert f"code {defaults.reclaim_error_code} ({code_pb2.Code.Name(defaults.reclaim_error_code)})" in shown
     assert f"up to {defaults.reclaim_restarts} times" in shown
+    # Relaunch's jobs set disableRetries; what devstack then does by default is said as it is.
+    assert defaults.disable_retries_stops_reclaim_restarts
+    assert "sets disableRetries, which devstack assumes stops those restarts" in shown
+    assert f"({defaults.failed_error_delay_seconds:g} s)" in shown

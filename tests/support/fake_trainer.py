@@ -59,6 +59,10 @@ def main() -> int:
         json.loads(os.environ.get("CLUSTER_SPEC", "{}")).get("task", {}).get("type", "workerpool0")
         == "workerpool0"
     )
+    vertex_job_id = layout.vertex_job_id_from_env(os.environ)
+    if chief and vertex_job_id:
+        # As the real trainer's launcher does: a second run of one CustomJob is a restart in place.
+        storage.record_run_start(store, job_id, attempt, vertex_job_id, newest.step if newest else None)
     if chief:
         store.write_bytes(
             f"starts/attempt-{attempt:04d}.json",
@@ -80,6 +84,7 @@ def main() -> int:
                         checkpoint_saved=last_committed == step,
                         exit_code=75,
                         time=layout.utc_now(),
+                        vertex_job_id=vertex_job_id,
                     ),
                 )
             return 75

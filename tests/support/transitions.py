@@ -13,6 +13,7 @@ from controller.core import events as ev
 from controller.core.decide import CoreConfig, decide, new_job
 from controller.core.elastic import ElasticPolicy
 from controller.core.policy import Backoff, RestartPolicy
+from controller.core.restarts import InPlaceRestart
 from tests.support.core_driver import PREEMPTED, STOCKOUT, USER_ERROR, vname
 
 ENDINGS = (
@@ -53,7 +54,13 @@ def random_event(rng: random.Random, current: int) -> ev.Event:
         return ev.CheckpointObserved(step, f"gs://b/c/step-{step}")
     if kind == 8:
         return ev.TimerFired()
-    return ev.CancelRequested() if rng.random() < 0.3 else ev.TimerFired()
+    draw = rng.random()
+    if draw < 0.3:
+        return ev.CancelRequested()
+    if draw < 0.5:  # the trainer's run records: a restart in place, a reclaim or a failure
+        restart = InPlaceRestart(rng.randint(2, 4), 0.0, previous_failed=rng.random() < 0.5)
+        return ev.RestartsObserved(attempt, name, (restart,))
+    return ev.TimerFired()
 
 
 @functools.cache

@@ -57,15 +57,29 @@ _HELP = {
     ),
     "preempt": (
         "reclaim a job's Spot VMs: SIGTERM to its replicas, SIGKILL after the grace",
-        "As Vertex documents for Spot, the job is then restarted in place (up to 6 times);\n"
-        "after that, or at once with --end-job, it ends FAILED. Google documents neither\n"
-        "the code nor the text of that error: devstack uses code 8 (RESOURCE_EXHAUSTED)\n"
-        "and the stockout text unless --code and --message pick others. JOB is a Relaunch\n"
-        "jobId (its current attempt) or a Vertex job name.\n\n"
+        "Defaults: a grace of 15 s, then, as Vertex documents for Spot, the job is restarted\n"
+        "in place (up to 6 times) if its scheduling allows retries; a job Relaunch submitted\n"
+        "sets disableRetries, which devstack assumes stops those restarts (Google does not\n"
+        "say), so it ends FAILED at once, as it does after the 6 restarts or with --end-job\n"
+        "(to restart in place regardless: relaunch devstack restart). Google documents\n"
+        "neither the code nor the text of that error: devstack uses\n"
+        "code 8 (RESOURCE_EXHAUSTED) and the stockout text unless --code and --message\n"
+        "pick others; Vertex sets it about a minute after the end (60 s). JOB is a\n"
+        "Relaunch jobId (its current attempt) or a Vertex job name.\n\n"
         "example:\n  relaunch devstack preempt demo-gpt --grace 10\n"
         "  relaunch devstack preempt demo-gpt --grace 0 --end-job --code ABORTED \\\n"
         '      --message "Job was terminated by the system."\n'
         "  relaunch devstack preempt projects/relaunch-dev/locations/us-central1/customJobs/3",
+    ),
+    "restart": (
+        "reclaim a job's Spot VMs and restart its replicas in place (the same CustomJob)",
+        'As Vertex documents for Spot ("Compute Engine tries to restart the job up to six\n'
+        'times"): SIGTERM to every replica, SIGKILL after the grace (default 15 s), then every\n'
+        "replica runs again in the same CustomJob with its environment unchanged, whatever\n"
+        "the job's disableRetries. After 6 restarts the job ends FAILED as `preempt` ends it.\n"
+        "The trainer records each run (docs/contracts.md, run records); the controller counts\n"
+        "each restart as a preemption, or a failure when the records say the program failed.\n\n"
+        "example:\n  relaunch devstack restart demo-gpt --grace 5",
     ),
     "oom": (
         "kill one replica as its memory limit would: the job ends out of memory",
@@ -152,6 +166,15 @@ def register(subparsers) -> None:
     )
     preempt.add_argument(
         "--message", default=None, help="text of the FAILED error (default: the stockout text)"
+    )
+    restart = verb("restart", _restart)
+    restart.add_argument("job", metavar="JOB", help="a jobId (its current attempt) or a Vertex job name")
+    restart.add_argument(
+        "--grace",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="seconds between SIGTERM and SIGKILL; 0 = SIGKILL with no warning (default 15)",
     )
     oom = verb("oom", _oom)
     oom.add_argument("job", metavar="JOB", help="a jobId (its current attempt) or a Vertex job name")
@@ -433,6 +456,16 @@ def _preempt(args) -> int:
     ):
         grace = "devstack's default" if args.grace is None else f"{args.grace:g}s"
         print(f"preempting {name} (grace {grace})", file=sys.stderr)
+        return 0
+    print(f"relaunch: {name} is not running (already ended or cancelling)", file=sys.stderr)
+    return 1
+
+
+def _restart(args) -> int:
+    name = _vertex_name(args.job)
+    if _control(args).restart_in_place(name, args.grace):
+        grace = "devstack's default" if args.grace is None else f"{args.grace:g}s"
+        print(f"restarting {name} in place (grace {grace})", file=sys.stderr)
         return 0
     print(f"relaunch: {name} is not running (already ended or cancelling)", file=sys.stderr)
     return 1

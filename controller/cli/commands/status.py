@@ -164,9 +164,10 @@ def describe_job(doc: dict, now: float, width: int | None = None, *, controller:
     """The one-job page: summary lines, then one row per attempt. Every string that came from
     the request or from Vertex goes through `printable`."""
     from controller.readmodel.goodput import compute
+    from controller.readmodel.jobs import pending_note
 
     name = printable(doc["displayName"]) if doc["displayName"] else ""
-    reason = printable(doc["terminalReason"]) if doc["terminalReason"] else ""
+    reason = printable(doc["terminalReason"]) if doc["terminalReason"] else pending_note(doc, now) or ""
     lines = [
         f"job:         {printable(doc['jobId'])}" + (f" ({name})" if name else ""),
         f"phase:       {doc['phase']}" + (f" ({reason})" if reason else ""),
@@ -225,6 +226,12 @@ def _evidence_lines(attempts: list[dict]) -> list[str]:
     """What failed, per attempt, from the trainer's records (with the logs command to open), and
     a note on endings decided before Vertex's error came ("?" in the table)."""
     lines = [f"attempt {a['number']}: {printable(a['evidence'])}" for a in attempts if a.get("evidence")]
+    lines += [  # restarts of the attempt's CustomJob in place (Vertex's own), each counted
+        f"attempt {a['number']}: restarted in place (run {r['run']}), counted as a "
+        f"{'failure' if r['previousFailed'] else 'preemption'}: {printable(r['evidence'])}"
+        for a in attempts
+        for r in a.get("restarts") or []
+    ]
     if any(a.get("provisional") for a in attempts):
         lines.append(
             "?: decided at the end from the evidence; Vertex's error, when it comes, confirms or corrects it"
