@@ -19,6 +19,10 @@ PACE_SECONDS = 0.2
 # A step (of this process, counted from 1 in each attempt) at which the user's model fails.
 FAIL_AT_CALL = "RELAUNCH_TEST_MODEL_FAILS_AT_CALL"
 EXIT_AT_CALL = "RELAUNCH_TEST_MODEL_EXITS_AT_CALL"  # ...or ends the process with status 1
+# Attempts below this number never finish building the model (a user's factory that is still
+# loading weights when the machines are reclaimed): a reclaim then surely lands during start-up.
+SLOW_START_BEFORE_ATTEMPT = "RELAUNCH_TEST_SLOW_START_BEFORE_ATTEMPT"
+START_HOLD_SECONDS = 300.0
 
 
 class Paced(torch.nn.Module):
@@ -38,4 +42,6 @@ class Paced(torch.nn.Module):
 
 
 def build_model():
+    if int(os.environ.get("RELAUNCH_ATTEMPT") or 1) < int(os.environ.get(SLOW_START_BEFORE_ATTEMPT) or 0):
+        threading.Event().wait(START_HOLD_SECONDS)  # the reclaim ends this process first
     return Paced()

@@ -59,15 +59,20 @@ def checkpoint_root(bucket: str, job_id: str) -> str:
     return f"gs://{bucket}/{job_id}"
 
 
-def newest_committed_by(root: str, attempt: int) -> int | None:
-    """The newest step whose commit marker an attempt up to `attempt` wrote."""
+def committed_by_attempt(root: str) -> dict[int, int]:
+    """Every committed step, with the attempt whose commit marker it is."""
     store = storage.open_storage(root)
-    steps = []
+    found = {}
     for step in storage.list_committed_steps(store):
         marker = storage.read_marker(store, step)
-        if marker is not None and marker.attempt <= attempt:
-            steps.append(step)
-    return max(steps, default=None)
+        if marker is not None:
+            found[step] = marker.attempt
+    return found
+
+
+def newest_committed_by(root: str, attempt: int) -> int | None:
+    """The newest step whose commit marker an attempt up to `attempt` wrote."""
+    return max((step for step, by in committed_by_attempt(root).items() if by <= attempt), default=None)
 
 
 def chief_records(devstack, vertex_job: str) -> list[dict]:

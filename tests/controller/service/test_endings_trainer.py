@@ -4,8 +4,12 @@ user's error and an out-of-memory kill."""
 
 from __future__ import annotations
 
-from tests.support.engine import accept, drive, terminal
-from tests.support.paced_model import EXIT_AT_CALL, FAIL_AT_CALL
+import re
+
+import pytest
+
+from tests.support.engine import accept, drive, job_document, terminal
+from tests.support.paced_model import EXIT_AT_CALL, FAIL_AT_CALL, SLOW_START_BEFORE_ATTEMPT
 from tests.support.real_trainer import (
     checkpoint_root,
     chief_records,
@@ -30,6 +34,7 @@ def _holding(devstack, doc, text: str) -> bool:
     )
 
 
+@pytest.mark.slow
 def test_a_reclaim_at_the_last_step_and_just_after_it_ends_the_job_succeeded(devstack, bucket, make_engine):
     """At the last step (the emergency save commits the final step) and after it (the trainer's
     record says completed): the job succeeded, no failure spent, no attempt started to train 0
@@ -51,13 +56,15 @@ def test_a_reclaim_at_the_last_step_and_just_after_it_ends_the_job_succeeded(dev
         assert newest_committed_by(checkpoint_root(bucket, job), 1) == STEPS
 
 
+@pytest.mark.slow
 def test_three_reclaims_during_start_up_are_preemptions_and_the_job_goes_on(devstack, bucket, make_engine):
-    """Reclaimed while the trainer is still starting (before its first step), with and without a
-    grace: three preemptions, not a crash loop although crashLoopAttempts is 3; the fourth
-    attempt trains to the end."""
+    """Reclaimed while the trainer is still starting (its model factory still loading, before
+    the first step), with and without a grace: three preemptions, not a crash loop although
+    crashLoopAttempts is 3; the fourth attempt trains to the end."""
     engine = make_engine()
     policy = {"maxFailures": 0, "crashLoopAttempts": 3}
-    accept(engine, trainer_request("startup-3", bucket, steps=STEPS, replicas=2, policy=policy))
+    slow = {SLOW_START_BEFORE_ATTEMPT: "4"}
+    accept(engine, trainer_request("startup-3", bucket, steps=STEPS, replicas=2, policy=policy, env=slow))
     for number, grace in zip((1, 2, 3), (0.0, 15.0, 0.0)):
         doc = drive(engine, "startup-3", _running(number), timeout=120)
         assert devstack.vertex.preempt(doc["attempts"][-1]["vertexJob"], grace_seconds=grace, end_job=True)
@@ -69,12 +76,13 @@ def test_three_reclaims_during_start_up_are_preemptions_and_the_job_goes_on(devs
     assert trained_steps(devstack, doc["attempts"][3]["vertexJob"])[-1] == STEPS
 
 
-def test_user_errors_and_out_of_memory_are_failures_that_name_the_replica_code_and_step(
-    devstack, bucket, make_engine
-):
+@pytest.mark.slow
+def test_user_errors_and_out_of_memory_are_failures_never_preemptions(devstack, bucket, make_engine):
     """The user's model raising at a step, a worker process ending with status 1, and Vertex's
-    documented out-of-memory kill (SIGKILL, 137) of the worker replica: each a failure (never a
-    preemption) whose reason names the replica, the exit code and the step."""
+    documented out-of-memory kill (SIGKILL, 137) of the worker replica, all on Spot: each a
+    failure, never a preemption. The user errors' reasons name the replica, its exit code (the
+    replica's: the launcher exits 70 for a worker's error) and the step; the out-of-memory
+    attempt records Vertex's text, which names the replica and 137."""
     engine = make_engine()
     jobs = {
         "raises": {FAIL_AT_CALL: "4"},
@@ -86,9 +94,13 @@ def test_user_errors_and_out_of_memory_are_failures_that_name_the_replica_code_a
     doc = drive(engine, "oom", lambda d: (d["latestCheckpointStep"] or 0) >= 3, timeout=300)
     assert devstack.out_of_memory(doc["attempts"][0]["vertexJob"], "workerpool1-0")
     for job in jobs:
-        doc = drive(engine, job, terminal, timeout=300)
-        reason = doc["terminalReason"]
-        assert (doc["phase"], doc["preemptions"], doc["failures"]) == ("failed", 0, 1), reason
-        assert doc["attempts"][0]["ending"] == "user_error", doc["attempts"][0]
-        assert "workerpool1-0" in reason, reason
-        print(job, reason)
+        doc = drive(engine, job, lambda d: terminal(d) and d["attempts"][0]["errorCode"] != 0, timeout=300)
+        ended = doc["attempts"][0]
+        assert (doc["phase"], doc["preemptions"], doc["failures"]) == ("failed", 0, 1), doc["terminalReason"]
+        assert ended["ending"] == "user_error", ended
+    raises, exits = (job_document(engine, job)["terminalReason"] for job in ("raises", "exits-1"))
+    assert re.search(r"workerpool1-0 exit 70 at step \d+: RuntimeError: ", raises), raises
+    assert "relaunch logs raises --attempt 1 --replica workerpool1-0" in raises
+    assert re.search(r"workerpool1-0 exit 70 at step \d+", exits), exits
+    oom = job_document(engine, "oom")["attempts"][0]["errorMessage"]
+    assert "workerpool1-0 ran out of memory" in oom and "137" in oom, oom
