@@ -81,8 +81,7 @@ def test_user_errors_and_out_of_memory_are_failures_never_preemptions(devstack, 
     """The user's model raising at a step, a worker process ending with status 1, and Vertex's
     documented out-of-memory kill (SIGKILL, 137) of the worker replica, all on Spot: each a
     failure, never a preemption. The user errors' reasons name the replica, its exit code (the
-    replica's: the launcher exits 70 for a worker's error) and the step; the out-of-memory
-    attempt records Vertex's text, which names the replica and 137."""
+    replica's: the launcher exits 70 for a worker's error) and the step."""
     engine = make_engine()
     jobs = {
         "raises": {FAIL_AT_CALL: "4"},
@@ -94,7 +93,7 @@ def test_user_errors_and_out_of_memory_are_failures_never_preemptions(devstack, 
     doc = drive(engine, "oom", lambda d: (d["latestCheckpointStep"] or 0) >= 3, timeout=300)
     assert devstack.out_of_memory(doc["attempts"][0]["vertexJob"], "workerpool1-0")
     for job in jobs:
-        doc = drive(engine, job, lambda d: terminal(d) and d["attempts"][0]["errorCode"] != 0, timeout=300)
+        doc = drive(engine, job, terminal, timeout=300)
         ended = doc["attempts"][0]
         assert (doc["phase"], doc["preemptions"], doc["failures"]) == ("failed", 0, 1), doc["terminalReason"]
         assert ended["ending"] == "user_error", ended
@@ -102,5 +101,3 @@ def test_user_errors_and_out_of_memory_are_failures_never_preemptions(devstack, 
     assert re.search(r"workerpool1-0 exit 70 at step \d+: RuntimeError: ", raises), raises
     assert "relaunch logs raises --attempt 1 --replica workerpool1-0" in raises
     assert re.search(r"workerpool1-0 exit 70 at step \d+", exits), exits
-    oom = job_document(engine, "oom")["attempts"][0]["errorMessage"]
-    assert "workerpool1-0 ran out of memory" in oom and "137" in oom, oom
