@@ -72,6 +72,7 @@ class Demo:
         self.narrator = narrator or Narrator()
         self.say = self.narrator.say
         self.readiness = "no answer on /readyz yet (the process is importing its modules)"
+        self.trainer_said = "nothing yet (its replicas are starting)"  # the newest progress line
         self.dir = Path(options.workdir or tempfile.mkdtemp(prefix="relaunch-demo-"))
         self.stack = None
         self.controller: subprocess.Popen | None = None
@@ -174,8 +175,11 @@ class Demo:
         reclaims: list[int] = []  # the newest committed step at each reclaim
         checkpoint_uri = None
         logs: dict[str, ChiefLog] = {}  # the chief replica's log of each CustomJob
+        self.trainer_said = "nothing yet (its replicas are starting)"
         latest: dict = {}
-        self.narrator.waiting_for(lambda: f"job {job_id}: {_waiting_line(latest.get('doc'))}")
+        self.narrator.waiting_for(
+            lambda: f"job {job_id}: {_waiting_line(latest.get('doc'))}; trainer: {self.trainer_said}"
+        )
 
         def step() -> dict | None:
             nonlocal shown, checkpoint_uri
@@ -232,6 +236,7 @@ class Demo:
                 line = describe(record, steps)
                 if line is not None:
                     self.say(f"  {job_id} attempt {attempt['number']}: {line}")
+                    self.trainer_said = line
 
     def final_loss(self, doc: dict) -> tuple[str, str]:
         """(final loss, parameter hash) the chief logged at the end of the last attempt."""
@@ -364,5 +369,6 @@ def run(options: DemoOptions) -> int:
         say("cleaning up (controller, devstack, replica processes)")
         demo.stop()
         narrator.stop()
+        say("cleaned up; exiting (the gRPC libraries take a few seconds to tear down)")
         os.environ.clear()
         os.environ.update(saved_env)
