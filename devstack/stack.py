@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -60,11 +61,15 @@ class DevStack:
         self.events_topic = f"projects/{project}/topics/{EVENTS_TOPIC}"
 
     # ---- lifecycle -----------------------------------------------------------------------
-    def start(self) -> DevStack:
+    def start(self, progress: Callable[[str], None] | None = None) -> DevStack:
+        """Start every stand-in; `progress` (if given) hears of each one as it comes up."""
+        say = progress or (lambda text: None)
         self.dir.mkdir(parents=True, exist_ok=True)
         try:
             self.pubsub = start_pubsub(self.host, 0)
+            say(f"Pub/Sub stand-in listening on {self.pubsub.host_port}")
             self.gcs = start_gcs(self.host, 0, data_dir=str(self.dir / "gcs"))
+            say(f"Cloud Storage stand-in listening on {self.gcs.url}")
             # A channel of our own: the stack must not depend on (or change) os.environ.
             channel = grpc.insecure_channel(self.pubsub.host_port)
             self._publisher = pubsub_v1.PublisherClient(transport=PublisherGrpcTransport(channel=channel))
@@ -81,6 +86,7 @@ class DevStack:
                 event_sink=self._publish_event,
                 **self.vertex_options,
             )
+            say(f"Vertex AI stand-in listening on {self.vertex.host_port}")
             self.control = ControlServer(self, self.host, 0)
         except BaseException:
             self.stop()

@@ -14,6 +14,9 @@ HOLD_RANK = "RELAUNCH_TEST_HOLD_RANK"  # which rank holds (default 0)
 # gang learns of the signal late: the grace clock must still start at that signal.
 SLOW_STEP_AFTER_SIGNAL = "RELAUNCH_TEST_SLOW_STEP_AFTER_SIGNAL"
 PAUSE_BEFORE_COMMIT = "RELAUNCH_TEST_PAUSE_BEFORE_COMMIT"  # rank 0 stops before this step's marker
+# The launcher, done and its records written, stays up until SIGTERM: a reclaim that lands just
+# after the last step, while Vertex still shows the job running.
+HOLD_AFTER_FINISHING = "RELAUNCH_TEST_HOLD_AFTER_FINISHING"
 
 HOOK_DEADLINE_SECONDS = 300.0
 
@@ -41,3 +44,14 @@ def pause_before_commit(step: int, log) -> None:
         return
     log.info("test hook: paused before commit marker", step=step)
     threading.Event().wait(HOOK_DEADLINE_SECONDS)  # the test kills the process while we wait here
+
+
+def hold_after_finishing(log) -> None:
+    if not os.environ.get(HOLD_AFTER_FINISHING):
+        return
+    import signal
+
+    stopped = threading.Event()
+    signal.signal(signal.SIGTERM, lambda signum, frame: stopped.set())
+    log.warning("test hook: finished, holding for SIGTERM")
+    stopped.wait(HOOK_DEADLINE_SECONDS)

@@ -16,7 +16,7 @@ import sys
 import tempfile
 import time
 
-from trainer import layout
+from trainer import fault_hooks, layout
 from trainer.cluster import NodeTopology, from_environment
 from trainer.config import ConfigError, JobIdentity, TrainConfig, micro_steps_per_step, parse_config
 from trainer.node_status import ENV_VAR as STATUS_DIR_VAR
@@ -116,6 +116,7 @@ def run_launcher(argv: list[str]) -> int:
     if cfg.checkpoint_uri:
         write_replica_record(cfg, identity, topology, code, outcomes, signalled, log, oom=oom)
     log.info("node finished", exit_code=code, workers=[o.exit_code if o else None for o in outcomes])
+    fault_hooks.hold_after_finishing(log)
     return code
 
 

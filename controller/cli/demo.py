@@ -19,12 +19,14 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
+from controller.cli.demo_progress import ChiefLog, Narrator, describe
 from controller.core.model import TERMINAL_PHASE_NAMES
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "demo.yaml"
@@ -42,17 +44,6 @@ class DemoOptions:
     keep: bool = False
     timeout: float = 600.0
     preempt_after_checkpoints: int = 2
-
-
-class Narrator:
-    """Progress lines with the time since the demo started."""
-
-    def __init__(self, out=sys.stdout):
-        self.t0 = time.monotonic()
-        self.out = out
-
-    def say(self, text: str) -> None:
-        print(f"[{time.monotonic() - self.t0:6.1f}s] {text}", file=self.out, flush=True)
 
 
 def _free_port() -> int:
@@ -78,7 +69,10 @@ def _load_request(options: DemoOptions, job_id: str, checkpoint_uri: str) -> dic
 class Demo:
     def __init__(self, options: DemoOptions, narrator: Narrator | None = None):
         self.options = options
-        self.say = (narrator or Narrator()).say
+        self.narrator = narrator or Narrator()
+        self.say = self.narrator.say
+        self.readiness = "no answer on /readyz yet (the process is importing its modules)"
+        self.trainer_said = "nothing yet (its replicas are starting)"  # the newest progress line
         self.dir = Path(options.workdir or tempfile.mkdtemp(prefix="relaunch-demo-"))
         self.stack = None
         self.controller: subprocess.Popen | None = None
@@ -86,13 +80,16 @@ class Demo:
 
     # --- setting up -------------------------------------------------------------------------
     def start(self) -> None:
+        self.say(f"starting devstack (Pub/Sub, Cloud Storage, Vertex AI stand-ins) in {self.dir}")
+        self.narrator.waiting_for("devstack starting (loading the Google client libraries)")
         from google.auth.credentials import AnonymousCredentials
         from google.cloud import storage
 
         from devstack.stack import DevStack
 
-        self.say(f"starting devstack (Pub/Sub, Cloud Storage, Vertex AI stand-ins) in {self.dir}")
-        self.stack = DevStack(str(self.dir / "devstack")).start()
+        self.stack = DevStack(str(self.dir / "devstack")).start(
+            progress=lambda text: self.say(f"  devstack: {text}")
+        )
         # Relaunch renders `disableRetries: true`; whether that also stops Vertex's in-place
         # restarts after a Spot reclaim is undocumented (devstack/README.md). The demo takes the
         # answer "it does not", so that both outcomes of a reclaim are shown.
@@ -118,7 +115,9 @@ class Demo:
             stdout=self.controller_log,
             stderr=subprocess.STDOUT,
         )
+        self.narrator.waiting_for(lambda: f"waiting for the controller: {self.readiness}")
         self._wait(lambda: self._ready(), 60, "the controller to become ready")
+        self.narrator.waiting_for(None)
         self.say(f"controller ready: http://127.0.0.1:{self.port}/v1/jobs")
 
     def _ready(self) -> bool:
@@ -128,7 +127,11 @@ class Demo:
             )
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/readyz", timeout=2) as r:
-                return r.status == 200 and "leader" in r.read().decode()
+                self.readiness = r.read().decode()
+                return r.status == 200 and "leader" in self.readiness
+        except urllib.error.HTTPError as error:  # 503 with the reason it is not ready yet
+            self.readiness = error.read().decode(errors="replace").strip()
+            return False
         except OSError:
             return False
 
@@ -171,16 +174,24 @@ class Demo:
         shown = 0
         reclaims: list[int] = []  # the newest committed step at each reclaim
         checkpoint_uri = None
+        logs: dict[str, ChiefLog] = {}  # the chief replica's log of each CustomJob
+        self.trainer_said = "nothing yet (its replicas are starting)"
+        latest: dict = {}
+        self.narrator.waiting_for(
+            lambda: f"job {job_id}: {_waiting_line(latest.get('doc'))}; trainer: {self.trainer_said}"
+        )
 
         def step() -> dict | None:
             nonlocal shown, checkpoint_uri
             doc = self._job(job_id)
             if doc is None:
                 return None
+            latest["doc"] = doc
             checkpoint_uri = doc["checkpointUri"]
             for entry in doc.get("timeline", [])[shown:]:
                 self.say(f"  {job_id}: {entry['what']}")
             shown = len(doc.get("timeline", []))
+            self._trainer_progress(job_id, doc, logs)
             if preempt and len(reclaims) < 2 and doc["phase"] == "running" and doc["attempt"] == 1:
                 steps = storage.list_committed_steps(checkpoint_uri)
                 name = doc["attempts"][-1]["vertexJob"]
@@ -206,9 +217,26 @@ class Demo:
             return doc if doc["phase"] in TERMINAL_PHASE_NAMES else None
 
         doc = self._wait(step, self.options.timeout, f"job {job_id} to finish")
+        self.narrator.waiting_for(None)
         if preempt and len(reclaims) < 2:
             raise DemoFailed("the job finished before it could be preempted twice; use more --steps")
         return doc
+
+    def _trainer_progress(self, job_id: str, doc: dict, logs: dict[str, ChiefLog]) -> None:
+        """The trainer's own progress lines from the chief replica's log of each attempt."""
+        steps = self.options.steps or _steps_of(self.options.request_file)
+        for attempt in doc["attempts"]:
+            name = attempt.get("vertexJob")
+            if not name:
+                continue
+            if name not in logs:
+                vertex_id = name.rsplit("/", 1)[1]
+                logs[name] = ChiefLog(self.dir / "devstack" / "vertex" / vertex_id / "workerpool0-0.log")
+            for record in logs[name].new_records():
+                line = describe(record, steps)
+                if line is not None:
+                    self.say(f"  {job_id} attempt {attempt['number']}: {line}")
+                    self.trainer_said = line
 
     def final_loss(self, doc: dict) -> tuple[str, str]:
         """(final loss, parameter hash) the chief logged at the end of the last attempt."""
@@ -231,6 +259,25 @@ class Demo:
             self.stack.stop()
         if not self.options.keep:
             shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _steps_of(request_file: Path) -> int | None:
+    """The --steps of the request's chief container, for "step 40/200" lines."""
+    try:
+        args = yaml.safe_load(request_file.read_text())["jobSpec"]["workerPoolSpecs"][0]["containerSpec"][
+            "args"
+        ]
+        return int(args[args.index("--steps") + 1])
+    except (OSError, KeyError, IndexError, TypeError, ValueError):
+        return None
+
+
+def _waiting_line(doc: dict | None) -> str:
+    if doc is None:
+        return "waiting for the controller to accept the request"
+    if doc["phase"] == "backing_off" and doc.get("nextAttemptAt"):
+        return f"backing off, next attempt in {max(doc['nextAttemptAt'] - time.time(), 0):.0f}s"
+    return f"{doc['phase']}, attempt {doc['attempt']}, newest checkpoint step {doc['latestCheckpointStep']}"
 
 
 def _emergency_step(uri: str) -> float:
@@ -318,7 +365,10 @@ def run(options: DemoOptions) -> int:
             print(f"logs kept in {demo.dir}", file=sys.stderr)
         return 1
     finally:
+        narrator.waiting_for("cleaning up")
         say("cleaning up (controller, devstack, replica processes)")
         demo.stop()
+        narrator.stop()
+        say("cleaned up; exiting (the gRPC libraries take a few seconds to tear down)")
         os.environ.clear()
         os.environ.update(saved_env)

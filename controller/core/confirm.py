@@ -127,8 +127,15 @@ def describe(replicas: tuple[ReplicaExit, ...], failed: ReplicaExit | None, job_
         parts.append(f"exit {chosen.exit_code}")
     if chosen.signal:
         parts.append(f"signal {chosen.signal}")
-    if chosen.step is not None:
-        parts.append(f"at step {chosen.step}")
+    # A replica killed before it could report (its launcher's record has no step) failed where
+    # the rest of the gang stood: the newest step another replica recorded.
+    step = (
+        chosen.step
+        if chosen.step is not None
+        else max((r.step for r in replicas if r.step is not None), default=None)
+    )
+    if step is not None:
+        parts.append(f"at step {step}")
     text = " ".join(parts)
     if chosen.detail:
         text += f": {chosen.detail}"
