@@ -29,6 +29,9 @@ class SubmitAttempt:
     # RELAUNCH_CHECKPOINT_INTERVAL_SECONDS for an `auto` job, as recorded on the attempt
     # (`controller.core.interval_choice`); None: the request's fixed value or the trainer's flags.
     checkpoint_interval_seconds: float | None = None
+    # The placement this attempt runs on (a name in the request's `placements`), as recorded on
+    # the attempt (`controller.core.placement_choice`); None: as the jobSpec says.
+    placement: str | None = None
 
 
 @dataclass(frozen=True)

@@ -81,6 +81,24 @@ def transition_entries(
                 explanation=chosen.get("explanation", ""),
             )
         )
+    placed = new.current.placement if new.current else None
+    was_placed = (
+        old.current.placement
+        if old.current and new.current and old.current.number == new.current.number
+        else None
+    )
+    if placed is not None and was_placed is None:
+        # The choice and every figure it compared (`controller.core.placement.Choice`).
+        entries.append(
+            entry(
+                now,
+                attempt,
+                f"attempt {attempt} placed on {placed['chosen']}: {placed['reason']}",
+                placement=placed["chosen"],
+                objective=placed["objective"],
+                figures=placed["figures"],
+            )
+        )
     if new.current and old.current and new.current.number == old.current.number:
         if new.current.vertex_name and not old.current.vertex_name:
             entries.append(entry(now, attempt, f"attempt {attempt} submitted as {new.current.vertex_name}"))
@@ -214,6 +232,9 @@ def status_document(document: Json | JobRecord, *, with_timeline: bool = True) -
                 # Replicas per pool this attempt asked for (the request's unless it was shrunk).
                 "replicas": list(a.replicas or requested),
                 "shrunk": a.replicas is not None and list(a.replicas) != requested,
+                # Where it runs and why (a job with placements): the name chosen, the reason
+                # and the figures compared (`controller.core.placement.Choice`).
+                "placement": a.placement,
             }
             for a in state.attempts
         ],
