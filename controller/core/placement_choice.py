@@ -12,7 +12,10 @@ What the choice reads, and where it comes from:
   checkpoint costs and where its checkpoint lives: the shell gathers them (`PlacementInputs`)
   when a SubmitAttempt lacks its placement (`wanted`), as it does for the interval;
 - waits and speeds per placement: the job's own attempts, here (pure, from the state), each
-  weighted by `EVIDENCE_HALF_LIFE_SECONDS` of age so an old stockout or an old speed fades;
+  weighted by `EVIDENCE_HALF_LIFE_SECONDS` of age so an old stockout or an old speed fades. A
+  speed belongs to the machines, not to the region: placements with the same pools (machine
+  type, accelerators, replicas) share one measured speed, so two regions of one shape are
+  compared by price and reclaims, not by the noise of two start-ups;
 - the placements that just refused the job (`refused`): the trailing run of attempts that ended
   for capacity or quota before they ran. They are passed over at once; once an attempt has run,
   the run is broken and every placement is eligible again, so a cheaper one that refused earlier
@@ -72,8 +75,10 @@ def refused(state: JobState, before: int) -> frozenset[str]:
     return frozenset(names)
 
 
-def evidence(state: JobState, now: float) -> dict[str, Evidence]:
-    """Waits and speeds each placement showed this job (rates come from the book: the shell)."""
+def evidence(state: JobState, now: float, shapes: dict[str, object] | None = None) -> dict[str, Evidence]:
+    """Waits and speeds each placement showed this job (rates come from the book: the shell).
+    `shapes`: placement name -> its machines; the speed of one is the speed of all its shape's."""
+    shapes = shapes or {}
     waits: dict[str, list[tuple[float, float]]] = {}
     speeds: dict[str, list[tuple[float, float]]] = {}
     for attempt in state.attempts:
@@ -86,16 +91,18 @@ def evidence(state: JobState, now: float) -> dict[str, Evidence]:
             waits.setdefault(name, []).append((weight, max(0.0, attempt.started_at - asked)))
             speed = _speed(attempt)
             if speed is not None:
-                speeds.setdefault(name, []).append((weight, speed))
+                speeds.setdefault(str(shapes.get(name, name)), []).append((weight, speed))
         elif attempt.ended_at is not None:
             # Refused (a stockout, quota): the time it waited, and no start to show for it.
             waits.setdefault(name, []).append((weight, max(0.0, attempt.ended_at - asked)))
+    placed = {str(a.placement["chosen"]) for a in state.attempts if a.placement is not None}
+    names = placed | set(shapes)
     return {
         name: Evidence(
             wait_seconds=_mean(waits.get(name)),
-            units_per_second=_mean(speeds.get(name)),
+            units_per_second=_mean(speeds.get(str(shapes.get(name, name)))),
         )
-        for name in set(waits) | set(speeds)
+        for name in names
     }
 
 
@@ -139,7 +146,7 @@ def _placed(
 
 
 def _choose(state: JobState, attempt: Attempt, inputs: PlacementInputs, now: float) -> Choice:
-    seen = evidence(state, now)
+    seen = evidence(state, now, {p.name: p.pools for p in inputs.placements})
     per_placement = {
         p.name: replace(seen.get(p.name, Evidence()), rates=inputs.rates.get(p.name))
         for p in inputs.placements

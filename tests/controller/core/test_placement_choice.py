@@ -184,3 +184,20 @@ def test_waits_and_speeds_come_from_the_jobs_own_attempts_and_old_ones_fade():
     fresh = replace(fresh, submitted_at=later - 1100, started_at=later - 1000, ended_at=later)
     state = replace(run.state, attempts=(old, fresh))
     assert abs(evidence(state, later)["spot-a"].units_per_second - 0.5) < 0.01  # 0.3 unweighted
+
+
+def test_a_speed_measured_in_one_region_is_the_speed_of_the_same_machines_in_another():
+    dear_flex = replace(FLEX, price_per_node_hour=3.0)
+    run = placed_run(A, B, dear_flex)
+    assert chosen(run.state) == "spot-a"
+    run.submitted(1)
+    run.running(1)
+    run.feed(ev.CheckpointObserved(step=300, uri="gs://b/ckpt/300"))
+    run.now += 600
+    run.ended(1, "FAILED", 8, PREEMPTED)
+    shapes = {p.name: p.pools for p in (A, B, FLEX)}
+    seen = evidence(run.state, run.now, shapes)
+    assert seen["spot-a"].units_per_second == seen["spot-b"].units_per_second == 0.5
+    assert seen["flex-b"].units_per_second == 0.5  # FLEX's pools are the same machines here
+    other = {**shapes, "flex-b": (POOLS[0],)}
+    assert evidence(run.state, run.now, other)["flex-b"].units_per_second is None
