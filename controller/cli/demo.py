@@ -42,6 +42,7 @@ class DemoOptions:
     keep: bool = False
     timeout: float = 600.0
     preempt_after_checkpoints: int = 2
+    regions: tuple[str, ...] = ()  # further Vertex regions, each its own stand-in (devstack.stack)
 
 
 class Narrator:
@@ -92,7 +93,7 @@ class Demo:
         from devstack.stack import DevStack
 
         self.say(f"starting devstack (Pub/Sub, Cloud Storage, Vertex AI stand-ins) in {self.dir}")
-        self.stack = DevStack(str(self.dir / "devstack")).start()
+        self.stack = DevStack(str(self.dir / "devstack"), regions=self.options.regions).start()
         # Relaunch renders `disableRetries: true`; whether that also stops Vertex's in-place
         # restarts after a Spot reclaim is undocumented (devstack/README.md). The demo takes the
         # answer "it does not", so that both outcomes of a reclaim are shown.
