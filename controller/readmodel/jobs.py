@@ -50,7 +50,8 @@ def transition_entries(
             if current.resume_from_step is not None
             else "from scratch"
         )
-        spot = "on-demand" if current.on_demand else "spot"
+        # With placements the strategy is the placement's: the "placed on" entry says which.
+        spot = "" if current.placement else (" (on-demand)" if current.on_demand else " (spot)")
         size = ""
         if new.elastic is not None and current.replicas is not None:
             size = f" on {elastic.describe(current.replicas)}"
@@ -60,7 +61,7 @@ def transition_entries(
             entry(
                 now,
                 attempt,
-                f"attempt {attempt} requested {where} ({spot}){size}",
+                f"attempt {attempt} requested {where}{spot}{size}",
                 resumeFromStep=current.resume_from_step,
                 **({"replicas": list(current.replicas)} if current.replicas is not None else {}),
             )
