@@ -265,7 +265,7 @@ def _on_submit_failed(
     if event.capacity:
         if state.next_attempt_at is not None and state.next_attempt_at > now:
             return state, [ScheduleWakeup(state.next_attempt_at)]  # this refusal is known already
-        if len(state.placements) > 1:
+        if len(state.placements) > 1 and not state.cancel_requested:
             return _move_at_once(state, now, "create-refused-for-quota", event.message)
         retry_at = now + config.capacity_retry_seconds * rng.uniform(1.0, 1.2)
         state, alerts = _capacity_refused(replace(state, next_attempt_at=retry_at), now, event.message)
@@ -628,9 +628,11 @@ def _wait_for_capacity(
 
 def _move_at_once(state: JobState, now: float, rule: str | None, message: str) -> Outcome:
     """Refused for capacity or quota before it ran, with other placements listed: the next
-    attempt is decided now, and its placement is chosen with this one marked refused
-    (`placement_choice.refused`), so it goes elsewhere at once unless staying is worth the wait.
-    `rule`: end the current attempt first (a create refused for quota ends no CustomJob)."""
+    attempt is due now (a wake-up at once, as a reclaim's restart: the same look goes on and
+    creates it, after this ending is written), and its placement is chosen with this one marked
+    refused (`placement_choice.refused`), so it goes elsewhere at once unless staying is worth
+    the wait. `rule`: end the current attempt first (a create refused for quota ends no
+    CustomJob)."""
     if rule is not None:
         state = state.with_current(
             ending=Ending.CAPACITY,
@@ -640,8 +642,8 @@ def _move_at_once(state: JobState, now: float, rule: str | None, message: str) -
             checkpoint_step_at_end=state.latest_checkpoint_step,
         )
     state, alerts = _capacity_refused(state, now, message)
-    state, actions = _start_attempt(state, now)
-    return state, [*alerts, *actions]
+    state = replace(state, phase=Phase.BACKING_OFF, next_attempt_at=now)
+    return state, [*alerts, ScheduleWakeup(now)]
 
 
 def _restart_not_counted(

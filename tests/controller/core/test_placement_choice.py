@@ -89,11 +89,14 @@ def test_without_the_inputs_the_submission_waits_for_them_and_says_so():
     assert wanted(decision.actions) and decision.state.current.placement is None
 
 
-def test_a_stockout_before_it_ran_moves_the_next_attempt_to_another_region_in_the_same_decision():
+def test_a_stockout_before_it_ran_moves_the_next_attempt_to_another_region_at_once():
     run = placed_run(A, B)
     run.submitted(1)
-    actions = run.ended(1, "FAILED", 8, STOCKOUT)
+    ended = run.ended(1, "FAILED", 8, STOCKOUT)
     assert run.state.attempts[0].ending is Ending.CAPACITY
+    # Due now, no backoff: the ending is written first, then the same look creates the next.
+    assert ScheduleWakeup(run.now) in ended and run.state.next_attempt_at == run.now
+    actions = run.feed(ev.TimerFired())
     assert [s.placement for s in submits(actions)] == ["spot-b"]
     assert run.state.phase is Phase.SUBMITTING and len(run.state.attempts) == 2
     assert "refused this attempt" in run.state.current.placement["reason"]
@@ -102,16 +105,18 @@ def test_a_stockout_before_it_ran_moves_the_next_attempt_to_another_region_in_th
 
 def test_a_quota_refusal_of_the_create_moves_the_next_attempt_at_once():
     run = placed_run(A, B)
-    actions = run.feed(ev.SubmitFailed(1, "429 quota exceeded", permanent=False, capacity=True))
+    refused = run.feed(ev.SubmitFailed(1, "429 quota exceeded", permanent=False, capacity=True))
     first = run.state.attempts[0]
     assert first.ending is Ending.CAPACITY and first.rule == "create-refused-for-quota"
-    assert [s.placement for s in submits(actions)] == ["spot-b"]
+    assert ScheduleWakeup(run.now) in refused
+    assert [s.placement for s in submits(run.feed(ev.TimerFired()))] == ["spot-b"]
 
 
 def test_refused_where_the_others_cost_far_more_waits_the_capacity_backoff_for_the_same_placement():
     run = placed_run(A, FAR)
     run.submitted(1)
-    actions = run.ended(1, "FAILED", 8, STOCKOUT)
+    run.ended(1, "FAILED", 8, STOCKOUT)
+    actions = run.feed(ev.TimerFired())
     assert not submits(actions) and chosen(run.state) == "spot-a"
     retry_at = run.now + run.config.capacity_retry_seconds
     assert ScheduleWakeup(retry_at) in actions and run.state.next_attempt_at == retry_at
@@ -123,6 +128,7 @@ def test_once_another_attempt_has_run_the_cheaper_placement_that_refused_is_trie
     run = placed_run(A, B)
     run.submitted(1)
     run.ended(1, "FAILED", 8, STOCKOUT)  # A stocked out: attempt 2 on B
+    run.wake()
     run.submitted(2)
     run.now += 600
     run.preempted(2)  # B ran, then was reclaimed
@@ -159,6 +165,7 @@ def test_refusals_count_only_the_trailing_run_of_attempts_that_never_ran():
     run = placed_run(A, B)
     run.submitted(1)
     run.ended(1, "FAILED", 8, STOCKOUT)
+    run.wake()
     assert refused(run.state, 2) == frozenset({"spot-a"})
     run.submitted(2)
     run.running(2)

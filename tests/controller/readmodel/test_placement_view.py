@@ -22,6 +22,7 @@ def test_every_choice_is_explained_with_the_figures_it_compared():
 
     feed(ev.AttemptSubmitted(1, vname(1)))
     feed(ev.VertexObserved(1, vname(1), "FAILED", 8, STOCKOUT, end_time=run.now))
+    feed(ev.TimerFired())  # due at once: the next attempt
     placed = [e for e in timeline if "placed on" in e["what"]]
     assert [e["placement"] for e in placed] == ["spot-b"]  # attempt 1's came with the request
     assert placed[0]["what"].startswith("attempt 2 placed on spot-b: spot-b: lowest cost per unit")
