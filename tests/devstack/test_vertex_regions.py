@@ -132,3 +132,20 @@ def test_a_reclaim_rate_takes_spot_jobs_and_never_flex_start_ones(stack, vertex)
         stack.reclaim_rate(0.0, region=B)
         region.configure(reclaim_ends_job=False)
     vertex.cancel(flex.name)
+
+
+def test_the_control_api_picks_the_region_and_refuses_one_it_does_not_have(stack, vertex):
+    from devstack.control import ControlClient, ControlError
+
+    control = ControlClient(stack.control.url)
+    control.capacity(0, GPU, "fail", region=B)
+    try:
+        job = vertex.ensure_attempt("ctl-1", 1, lambda: gang("ctl"), create=True, region=B).job
+        assert stack.vertices[B].wait_for_state(job.name, DONE, timeout=30).state == JobState.JOB_STATE_FAILED
+        other = vertex.ensure_attempt("ctl-2", 1, lambda: gang("ctl"), create=True, region=A).job
+        stack.vertices[A].wait_for_state(other.name, {JobState.JOB_STATE_RUNNING}, timeout=30)
+        vertex.cancel(other.name)
+    finally:
+        control.capacity(None, None, region=B)
+    with pytest.raises(ControlError, match="not one of this devstack's"):
+        control.reclaim_rate(1.0, region="asia-east1")
