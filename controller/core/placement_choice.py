@@ -118,6 +118,11 @@ def choose_placements(
         if isinstance(action, SubmitAttempt) and action.create_if_missing and state.placements:
             state, placed = _placed(state, action, inputs, now, retry_seconds)
             out.extend(placed)
+        elif isinstance(action, SubmitAttempt) and action.placement is None:
+            # A look-up that never creates (a cancel before the create was recorded) searches
+            # where its attempt was placed, so a CustomJob made there is found and stopped.
+            recorded = next((a.placement for a in state.attempts if a.number == action.attempt), None)
+            out.append(replace(action, placement=str(recorded["chosen"])) if recorded else action)
         else:
             out.append(action)
     return state, out

@@ -208,3 +208,10 @@ def test_a_speed_measured_in_one_region_is_the_speed_of_the_same_machines_in_ano
     assert seen["flex-b"].units_per_second == 0.5  # FLEX's pools are the same machines here
     other = {**shapes, "flex-b": (POOLS[0],)}
     assert evidence(run.state, run.now, other)["flex-b"].units_per_second is None
+
+
+def test_a_cancel_before_the_create_was_recorded_looks_for_the_job_where_it_was_placed():
+    run = placed_run(B, A)
+    actions = run.feed(ev.CancelRequested())  # no CustomJob name recorded yet
+    (lookup,) = submits(actions)
+    assert not lookup.create_if_missing and lookup.placement == "spot-a"
