@@ -119,8 +119,9 @@ def decide(
     new_state, actions = handler(state, event, now, rng, config)
     new_state, actions = _resolve_cleared(state, new_state, actions)
     new_state, actions = _into_outbox(new_state, actions, now)
-    new_state, actions = choose(new_state, actions, interval)
+    # The placement first: the interval is chosen for the capacity the attempt will run on.
     new_state, actions = choose_placements(new_state, actions, placement, now, config.capacity_retry_seconds)
+    new_state, actions = choose(new_state, actions, interval)
     if new_state != state:
         new_state = replace(new_state, updated_at=now)
     return Decision(new_state, tuple(actions))

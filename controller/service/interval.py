@@ -360,7 +360,14 @@ class IntervalKeeper:
             capacity = self.capacity(request, 1, on_demand)
             return capacity, estimate_for(book, capacity, self.prior(capacity))
 
-        return IntervalInputs(setting, on(False), on(True), self.cost(request, earlier))
+        placed = {
+            p.name: (
+                p.capacity_class(),
+                estimate_for(book, p.capacity_class(), self.prior(p.capacity_class())),
+            )
+            for p in request.placements
+        }
+        return IntervalInputs(setting, on(False), on(True), self.cost(request, earlier), placed)
 
 
 def _ended_in(state: JobState, number: int) -> bool:

@@ -215,3 +215,37 @@ def test_a_cancel_before_the_create_was_recorded_looks_for_the_job_where_it_was_
     actions = run.feed(ev.CancelRequested())  # no CustomJob name recorded yet
     (lookup,) = submits(actions)
     assert not lookup.create_if_missing and lookup.placement == "spot-a"
+
+
+def test_an_auto_interval_is_chosen_for_the_capacity_of_the_attempts_placement():
+    from controller.core.adaptive_interval import CheckpointCost, IntervalSetting
+    from controller.core.checkpoint_interval import RateEstimate
+    from controller.core.interval_choice import IntervalInputs
+
+    calm, busy = RateEstimate(alpha=1.0, beta=360_000.0), RateEstimate(alpha=1.0, beta=1800.0)
+    interval = IntervalInputs(
+        IntervalSetting(auto=True, min_seconds=1.0, max_seconds=86_400.0),
+        (A.capacity_class(), calm),  # what the jobSpec alone would run on
+        (A.capacity_class(), calm),
+        CheckpointCost(10.0, 30.0, "commit markers (3)"),
+        {"spot-a": (A.capacity_class(), busy), "spot-b": (B.capacity_class(), calm)},
+    )
+    run = PlacedRun(new_job("job-1", make_policy(), 1000.0, None, ("spot-a", "spot-b")))
+    run.placing = inputs(A, B)
+    decision = decide(run.state, ev.RequestAccepted(), run.now, run.rng, run.config, interval, run.placing)
+    attempt = decision.state.current
+    assert attempt.placement["chosen"] == "spot-a"
+    assert attempt.checkpoint_interval["capacity"] == A.capacity_class().key()
+    busy_seconds = attempt.checkpoint_interval["seconds"]
+    # The same job placed on the calm one gets a longer interval: the estimate followed it.
+    run.placing = inputs(B)
+    calm_state = decide(
+        new_job("job-2", make_policy(), 1000.0, None, ("spot-b",)),
+        ev.RequestAccepted(),
+        run.now,
+        run.rng,
+        run.config,
+        interval,
+        run.placing,
+    ).state
+    assert calm_state.current.checkpoint_interval["seconds"] > busy_seconds
