@@ -20,8 +20,13 @@ def json_records(text: str) -> list[dict]:
 
 
 def chief_log_path(devstack_dir: Path, vertex_job: str) -> Path:
-    """Where devstack keeps the log of an attempt's chief replica (workerpool0, index 0)."""
-    return devstack_dir / "vertex" / vertex_job.rsplit("/", 1)[-1] / "workerpool0-0.log"
+    """Where devstack keeps the log of an attempt's chief replica (workerpool0, index 0): under
+    vertex/, or vertex-REGION/ for a region other than a multi-region devstack's first."""
+    job_id = vertex_job.rsplit("/", 1)[-1]
+    parts = vertex_job.split("/")
+    if len(parts) > 3 and (devstack_dir / f"vertex-{parts[3]}" / job_id).exists():
+        return devstack_dir / f"vertex-{parts[3]}" / job_id / "workerpool0-0.log"
+    return devstack_dir / "vertex" / job_id / "workerpool0-0.log"
 
 
 def chief_records(devstack_dir: Path, vertex_job: str) -> list[dict]:

@@ -35,6 +35,17 @@ class Settings(BaseSettings):
         description="host:port of a plaintext Vertex JobService (devstack); unset = the "
         "regional Google endpoint with default credentials.",
     )
+    regions: str = Field(
+        "",
+        description="Further Vertex AI regions, comma-separated, that jobs' placements may run in: "
+        "listed and watched besides RELAUNCH_REGION (docs/multi-region.md).",
+    )
+    vertex_endpoints: str = Field(
+        "",
+        description="region=host:port pairs, comma-separated, of plaintext Vertex JobServices per "
+        "region (devstack); a region not named uses RELAUNCH_VERTEX_ENDPOINT or Google's "
+        "REGION-aiplatform.googleapis.com.",
+    )
 
     # Pub/Sub.
     requests_topic: str = Field("relaunch-requests", description="Topic users publish job requests to.")
@@ -272,6 +283,20 @@ class Settings(BaseSettings):
     @property
     def vertex_parent(self) -> str:
         return f"projects/{self.project}/locations/{self.region}"
+
+    @property
+    def all_regions(self) -> tuple[str, ...]:
+        """RELAUNCH_REGION first, then the further regions, each once."""
+        named = [self.region, *(r.strip() for r in self.regions.split(",") if r.strip())]
+        return tuple(dict.fromkeys(named))
+
+    def vertex_endpoint_for(self, region: str) -> str | None:
+        """The plaintext JobService of `region` (devstack), or None for Google's endpoint."""
+        for pair in self.vertex_endpoints.split(","):
+            name, _, host_port = pair.strip().partition("=")
+            if name.strip() == region and host_port.strip():
+                return host_port.strip()
+        return self.vertex_endpoint
 
 
 # ---- explaining a bad value ----------------------------------------------------------------

@@ -34,6 +34,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--project", default="relaunch-dev")
     parser.add_argument("--region", default="us-central1")
     parser.add_argument(
+        "--regions",
+        default="",
+        help="further regions, comma-separated: one Vertex stand-in each (devstack.stack)",
+    )
+    parser.add_argument(
         "--simulated-replicas",
         metavar="RUN_SECONDS",
         help="every CustomJob gets simulated replicas (no processes) whose primary succeeds after "
@@ -62,7 +67,8 @@ def main(argv: list[str] | None = None) -> int:
 
         raw = args.simulated_replicas.strip().lower()
         options["simulation"] = Simulation(None if raw == FOREVER else float(raw))
-    stack = DevStack(str(state), project=args.project, region=args.region, **options)
+    regions = tuple(r.strip() for r in args.regions.split(",") if r.strip())
+    stack = DevStack(str(state), project=args.project, region=args.region, regions=regions, **options)
     try:
         stack.start()
         env = stack.env()

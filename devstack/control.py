@@ -5,11 +5,13 @@ devstack (RELAUNCH_DEVSTACK_CONTROL names the server).
                      "message": TEXT} -> {"preempted": true}   (code, message: the FAILED error)
     POST /restart   {"job": NAME, "grace_seconds": 15} -> {"restarted": true}  (in place, the same job)
     POST /oom       {"job": NAME, "replica": "workerpool0-0"} -> {"killed": true}
-    POST /stockout  {"queue_seconds": 0, "fail": false}
-    POST /capacity  {"replicas": 2 | null, "machineType": "a2-highgpu-1g" | null, "mode": "queue" | "fail"}
+    POST /stockout  {"queue_seconds": 0, "fail": false, "region": R}
+    POST /capacity  {"replicas": 2 | null, "machineType": "a2-highgpu-1g" | null, "mode": "queue" | "fail",
+                     "region": R}
+    POST /reclaim_rate {"per_hour": 2.0, "seed": null, "region": R}  (0 stops)
     POST /faults    {"rate": 0.2, "codes": ["UNAVAILABLE"], "seed": null}
     POST /quota     {"enabled": true, "creates_per_minute": 60, "other_per_minute": 600}
-    POST /quota_shortfall {"mode": "queue" | "reject" | null}
+    POST /quota_shortfall {"mode": "queue" | "reject" | null, "region": R}
     POST /lose_create_replies {"count": 1}
     POST /behaviour {"knob": value, ...}  (devstack.vertex.behaviour; unknown knobs: 400)
     POST /gcs       {"outage": true} and/or {"bucket": NAME, "status": 403 | null}
@@ -20,7 +22,8 @@ devstack (RELAUNCH_DEVSTACK_CONTROL names the server).
     GET  /calls     -> {"vertex": {"ListCustomJobs": n, ..}, "gcs": {"GET list": n, ..}}
     GET  /status    -> {"pid": .., "dir": .., "env": {..}, "jobs": [{name, state, ..}]}
 
-Errors come back as {"error": message} with 400 (bad input) or 404 (unknown job).
+"region" (optional) picks one region of a devstack with several (default: its first); a job's
+region is read from its name. Errors come back as {"error": message} with 400 (bad input) or 404 (unknown job).
 
 It also holds the run files through which `relaunch devstack` finds a background devstack.
 """
@@ -95,7 +98,7 @@ def _oom(target, body):
 
 
 def _quota_shortfall(target, body):
-    target.quota_shortfall(body.get("mode"))
+    target.quota_shortfall(body.get("mode"), region=body.get("region"))
     return {}
 
 
@@ -110,7 +113,17 @@ def _behaviour(target, body):
 
 
 def _stockout(target, body):
-    target.stockout(float(body.get("queue_seconds", 0.0)), bool(body.get("fail", False)))
+    target.stockout(
+        float(body.get("queue_seconds", 0.0)), bool(body.get("fail", False)), region=body.get("region")
+    )
+    return {}
+
+
+def _reclaim_rate(target, body):
+    seed = body.get("seed")
+    target.reclaim_rate(
+        float(_required(body, "per_hour")), None if seed is None else int(seed), region=body.get("region")
+    )
     return {}
 
 
@@ -118,7 +131,9 @@ def _capacity(target, body):
     replicas = _required(body, "replicas")
     if replicas is not None and (isinstance(replicas, bool) or not isinstance(replicas, int)):
         raise ValueError("replicas must be an integer or null")
-    target.capacity(replicas, body.get("machineType"), str(body.get("mode", "queue")))
+    target.capacity(
+        replicas, body.get("machineType"), str(body.get("mode", "queue")), region=body.get("region")
+    )
     return {}
 
 
@@ -178,6 +193,7 @@ _POSTS = {
     "/oom": _oom,
     "/stockout": _stockout,
     "/capacity": _capacity,
+    "/reclaim_rate": _reclaim_rate,
     "/faults": _faults,
     "/quota": _quota,
     "/quota_shortfall": _quota_shortfall,
@@ -284,8 +300,8 @@ class ControlClient:
     def out_of_memory(self, job_name: str, replica: str = "workerpool0-0") -> bool:
         return self._call("POST", "/oom", {"job": job_name, "replica": replica})["killed"]
 
-    def quota_shortfall(self, mode: str | None) -> None:
-        self._call("POST", "/quota_shortfall", {"mode": mode})
+    def quota_shortfall(self, mode: str | None, region: str | None = None) -> None:
+        self._call("POST", "/quota_shortfall", {"mode": mode, "region": region})
 
     def lose_create_replies(self, count: int = 1) -> None:
         self._call("POST", "/lose_create_replies", {"count": count})
@@ -293,11 +309,21 @@ class ControlClient:
     def configure(self, **changes) -> None:
         self._call("POST", "/behaviour", changes)
 
-    def stockout(self, queue_seconds: float = 0.0, fail: bool = False) -> None:
-        self._call("POST", "/stockout", {"queue_seconds": queue_seconds, "fail": fail})
+    def stockout(self, queue_seconds: float = 0.0, fail: bool = False, region: str | None = None) -> None:
+        self._call("POST", "/stockout", {"queue_seconds": queue_seconds, "fail": fail, "region": region})
 
-    def capacity(self, replicas: int | None, machine_type: str | None = None, mode: str = "queue") -> None:
-        self._call("POST", "/capacity", {"replicas": replicas, "machineType": machine_type, "mode": mode})
+    def capacity(
+        self,
+        replicas: int | None,
+        machine_type: str | None = None,
+        mode: str = "queue",
+        region: str | None = None,
+    ) -> None:
+        body = {"replicas": replicas, "machineType": machine_type, "mode": mode, "region": region}
+        self._call("POST", "/capacity", body)
+
+    def reclaim_rate(self, per_hour: float, seed: int | None = None, region: str | None = None) -> None:
+        self._call("POST", "/reclaim_rate", {"per_hour": per_hour, "seed": seed, "region": region})
 
     def faults(self, rate: float, codes: list[str] = (), seed: int | None = None) -> None:
         self._call("POST", "/faults", {"rate": rate, "codes": list(codes), "seed": seed})

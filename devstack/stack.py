@@ -8,6 +8,12 @@
 
 Vertex's job-state LogEntries are published, as JSON, to the Pub/Sub topic
 `vertex-job-events`, as a Cloud Logging sink would; nothing else is created.
+
+Regions: `DevStack(dir, region="us-central1", regions=("europe-west4",))` runs one Vertex
+stand-in per region, each on its own port (Vertex AI is regional: each region has its own
+endpoint, REGION-aiplatform.googleapis.com), each with its own jobs, capacity, stockouts, reclaim
+rate and queue. The fault-injection methods take `region=` (default: the first); a job's own
+region is read from its name. All regions log to the one events topic, as one project-wide sink.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -46,6 +53,7 @@ class DevStack:
         project: str = "relaunch-dev",
         region: str = "us-central1",
         host: str = "127.0.0.1",
+        regions: tuple[str, ...] = (),
         **vertex_options: Any,
     ):
         """`vertex_options` go to `start_vertex` (e.g. `provisioning_seconds`, `kill_grace_seconds`)."""
@@ -55,8 +63,10 @@ class DevStack:
         self.entries: list[dict] = []
         self.project = project
         self.region = region
+        self.regions = tuple(dict.fromkeys((region, *regions)))
         self.host = host
         self.pubsub = self.gcs = self.vertex = self.control = None
+        self.vertices: dict[str, Any] = {}  # region -> its Vertex stand-in (the first is `vertex`)
         self._publisher = None
         self.events_topic = f"projects/{project}/topics/{EVENTS_TOPIC}"
 
@@ -77,16 +87,21 @@ class DevStack:
                 self._publisher.create_topic(name=self.events_topic)
             except gexc.AlreadyExists:
                 pass
-            self.vertex = start_vertex(
-                self.host,
-                0,
-                project=self.project,
-                region=self.region,
-                workdir=str(self.dir / "vertex"),
-                event_sink=self._publish_event,
-                **self.vertex_options,
-            )
-            say(f"Vertex AI stand-in listening on {self.vertex.host_port}")
+            first_id = time.time_ns() // 1000
+            for index, region in enumerate(self.regions):
+                self.vertices[region] = start_vertex(
+                    self.host,
+                    0,
+                    project=self.project,
+                    region=region,
+                    workdir=str(self.dir / ("vertex" if index == 0 else f"vertex-{region}")),
+                    event_sink=self._publish_event,
+                    # A range of ids per region: a job id names one job in the project.
+                    first_job_id=first_id + index * 10**12,
+                    **self.vertex_options,
+                )
+                say(f"Vertex AI stand-in ({region}) listening on {self.vertices[region].host_port}")
+            self.vertex = self.vertices[self.region]
             self.control = ControlServer(self, self.host, 0)
         except BaseException:
             self.stop()
@@ -95,6 +110,12 @@ class DevStack:
 
     def stop(self) -> None:
         """Stop everything that was started (replica processes included); safe to repeat."""
+        for region, emulator in list(self.vertices.items())[1:]:
+            try:
+                emulator.stop()
+            except Exception:  # keep stopping the others
+                log.exception("stopping the Vertex stand-in of %s failed", region)
+        self.vertices = {}
         for part in ("control", "vertex", "gcs", "pubsub"):
             server = getattr(self, part)
             if server is None:
@@ -123,7 +144,7 @@ class DevStack:
 
     # ---- what clients need -----------------------------------------------------------------
     def env(self) -> dict[str, str]:
-        return {
+        env = {
             "PUBSUB_EMULATOR_HOST": self.pubsub.host_port,
             "STORAGE_EMULATOR_HOST": self.gcs.url,
             "RELAUNCH_VERTEX_ENDPOINT": self.vertex.host_port,
@@ -131,6 +152,25 @@ class DevStack:
             "GOOGLE_CLOUD_PROJECT": self.project,
             "RELAUNCH_REGION": self.region,
         }
+        if len(self.regions) > 1:
+            env["RELAUNCH_REGIONS"] = ",".join(self.regions[1:])
+            env["RELAUNCH_VERTEX_ENDPOINTS"] = ",".join(
+                f"{r}={v.host_port}" for r, v in self.vertices.items()
+            )
+        return env
+
+    def in_region(self, region: str | None) -> Any:
+        """The Vertex stand-in of `region` (None: the first region's)."""
+        if region is None:
+            return self.vertex
+        if region not in self.vertices:
+            raise ValueError(f"region {region!r} is not one of this devstack's: {', '.join(self.regions)}")
+        return self.vertices[region]
+
+    def _of_job(self, job_name: str) -> Any:
+        """The stand-in that holds a job, by the region in its name."""
+        parts = job_name.split("/")
+        return self.in_region(parts[3] if len(parts) > 3 and parts[2] == "locations" else None)
 
     # ---- fault injection (the same names over HTTP: devstack.control.ControlClient) --------
     def preempt(
@@ -145,22 +185,22 @@ class DevStack:
         """Reclaim a job's VMs (SIGTERM, grace, SIGKILL; then an in-place restart or, with
         `end_job` or no restarts left, a FAILED job with `error_code`/`error_text`, default the
         behaviour's); False if it had already ended. KeyError if unknown."""
-        return self.vertex.preempt(
+        return self._of_job(job_name).preempt(
             job_name, grace_seconds, end_job=end_job, error_code=error_code, error_text=error_text
         )
 
     def restart_in_place(self, job_name: str, grace_seconds: float | None = None) -> bool:
         """Reclaim a job's VMs and restart its replicas in place (the same CustomJob), as Vertex
         documents for Spot; False if it had already ended. KeyError if unknown."""
-        return self.vertex.restart_in_place(job_name, grace_seconds)
+        return self._of_job(job_name).restart_in_place(job_name, grace_seconds)
 
     def out_of_memory(self, job_name: str, replica: str = "workerpool0-0") -> bool:
         """Kill one replica as its memory limit would; the job ends with Vertex's OOM error."""
-        return self.vertex.out_of_memory(job_name, replica)
+        return self._of_job(job_name).out_of_memory(job_name, replica)
 
-    def quota_shortfall(self, mode: str | None) -> None:
+    def quota_shortfall(self, mode: str | None, region: str | None = None) -> None:
         """Training quota used up: "queue" holds new jobs QUEUED, "reject" answers creates 429."""
-        self.vertex.set_quota_shortfall(mode)
+        self.in_region(region).set_quota_shortfall(mode)
 
     def lose_create_replies(self, count: int = 1) -> None:
         """Serve the next `count` creates but answer them DEADLINE_EXCEEDED."""
@@ -170,13 +210,23 @@ class DevStack:
         """Change Vertex behaviour knobs (devstack.vertex.behaviour)."""
         self.vertex.configure(**changes)
 
-    def capacity(self, replicas: int | None, machine_type: str | None = None, mode: str = "queue") -> None:
+    def capacity(
+        self,
+        replicas: int | None,
+        machine_type: str | None = None,
+        mode: str = "queue",
+        region: str | None = None,
+    ) -> None:
         """Room for ``replicas`` replicas of ``machine_type`` (None: any); None lifts the limit."""
-        self.vertex.set_capacity(replicas, machine_type, mode)
+        self.in_region(region).set_capacity(replicas, machine_type, mode)
 
-    def stockout(self, queue_seconds: float = 0.0, fail: bool = False) -> None:
+    def stockout(self, queue_seconds: float = 0.0, fail: bool = False, region: str | None = None) -> None:
         """New jobs queue `queue_seconds`, then fail with code 8 if `fail`; defaults clear it."""
-        self.vertex.set_stockout(queue_seconds=queue_seconds, fail=fail)
+        self.in_region(region).set_stockout(queue_seconds=queue_seconds, fail=fail)
+
+    def reclaim_rate(self, per_hour: float, seed: int | None = None, region: str | None = None) -> None:
+        """Running Spot jobs of the region are reclaimed at random, `per_hour` each; 0 stops."""
+        self.in_region(region).set_reclaim_rate(per_hour, seed)
 
     def faults(self, rate: float, codes: list[str] = (), seed: int | None = None) -> None:
         """Answer `rate` of Vertex RPCs with one of the gRPC `codes`; rate 0 clears."""
@@ -225,6 +275,7 @@ class DevStack:
                 "state": job.state.name,
                 "labels": dict(job.labels),
             }
-            for job in self.vertex.jobs()
+            for vertex in self.vertices.values()
+            for job in vertex.jobs()
         ]
         return {"pid": os.getpid(), "dir": str(self.dir), "env": self.env(), "jobs": jobs}

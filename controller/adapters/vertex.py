@@ -195,14 +195,25 @@ def live_filter(labels: dict[str, str]) -> str:
     return f"{label_filter(labels)} AND {states}"
 
 
-def make_client(settings: Settings) -> aiplatform_v1.JobServiceClient:
-    if settings.vertex_endpoint:
+def make_client(settings: Settings, region: str | None = None) -> aiplatform_v1.JobServiceClient:
+    """A JobService client for `region` (default RELAUNCH_REGION): Vertex AI is regional, each
+    region has its own endpoint, REGION-aiplatform.googleapis.com
+    (https://cloud.google.com/vertex-ai/docs/reference/rest#service-endpoint)."""
+    region = region or settings.region
+    endpoint = settings.vertex_endpoint_for(region)
+    if endpoint:
         # A passed channel skips credential lookup: right for the plaintext devstack server.
-        channel = grpc.insecure_channel(settings.vertex_endpoint)
+        channel = grpc.insecure_channel(endpoint)
         return aiplatform_v1.JobServiceClient(transport=JobServiceGrpcTransport(channel=channel))
     return aiplatform_v1.JobServiceClient(
-        client_options={"api_endpoint": f"{settings.region}-aiplatform.googleapis.com"}
+        client_options={"api_endpoint": f"{region}-aiplatform.googleapis.com"}
     )
+
+
+def region_of(name: str) -> str | None:
+    """The region in a CustomJob's name, projects/P/locations/REGION/customJobs/ID."""
+    parts = name.split("/")
+    return parts[3] if len(parts) >= 4 and parts[2] == "locations" else None
 
 
 class VertexBackend:
@@ -218,6 +229,8 @@ class VertexBackend:
         self.settings = settings
         self.client = client or make_client(settings)
         self.parent = settings.vertex_parent
+        # One client per region a placement uses (RELAUNCH_REGION's is `client`), made on first use.
+        self._clients: dict[str, aiplatform_v1.JobServiceClient] = {settings.region: self.client}
         self.timeout = settings.rpc_timeout_seconds
         self.creates = RateLimiter(settings.creates_per_minute)
         # Which job takes the next create slot (oldest ready first); it never blocks a caller.
@@ -254,40 +267,71 @@ class VertexBackend:
                     self._on_api_error(api, type(error).__name__)
                     raise
 
+    # --- regions --------------------------------------------------------------------------
+    def client_for(self, region: str | None) -> aiplatform_v1.JobServiceClient:
+        region = region or self.settings.region
+        client = self._clients.get(region)
+        if client is None:
+            client = self._clients[region] = make_client(self.settings, region)
+        return client
+
+    def parent_for(self, region: str | None) -> str:
+        return f"projects/{self.settings.project}/locations/{region or self.settings.region}"
+
+    def names_for(self, vertex_job_id: str) -> list[str]:
+        """The names a CustomJob id may have, one per watched region (an event names no region)."""
+        return [f"{self.parent_for(r)}/customJobs/{vertex_job_id}" for r in self.settings.all_regions]
+
     # --- reads ----------------------------------------------------------------------------
     def get(self, name: str) -> aiplatform_v1.CustomJob | None:
+        client = self.client_for(region_of(name))
         try:
-            return self._call(
-                "GetCustomJob", lambda: self.client.get_custom_job(name=name, timeout=self.timeout)
-            )
+            return self._call("GetCustomJob", lambda: client.get_custom_job(name=name, timeout=self.timeout))
         except gexc.NotFound:
             return None
 
     def list_jobs(
-        self, filter_: str, *, read_mask: tuple[str, ...] = (), page_size: int = 100
+        self,
+        filter_: str,
+        *,
+        read_mask: tuple[str, ...] = (),
+        page_size: int = 100,
+        regions: tuple[str, ...] | None = None,
     ) -> Iterator[aiplatform_v1.CustomJob]:
+        """Every region watched (RELAUNCH_REGION and RELAUNCH_REGIONS), or those named."""
+        for region in regions if regions is not None else self.settings.all_regions:
+            yield from self._list_region(region, filter_, read_mask, page_size)
+
+    def _list_region(
+        self, region: str, filter_: str, read_mask: tuple[str, ...], page_size: int
+    ) -> Iterator[aiplatform_v1.CustomJob]:
+        client = self.client_for(region)
+
         def request(token: str = "") -> aiplatform_v1.ListCustomJobsRequest:
             built = aiplatform_v1.ListCustomJobsRequest(
-                parent=self.parent, filter=filter_, page_size=page_size, page_token=token
+                parent=self.parent_for(region), filter=filter_, page_size=page_size, page_token=token
             )
             if read_mask:
                 built.read_mask = field_mask_pb2.FieldMask(paths=list(read_mask))
             return built
 
-        page = self._call("ListCustomJobs", functools.partial(self._list_page, request()))
+        page = self._call("ListCustomJobs", functools.partial(self._list_page, client, request()))
         while True:
             yield from page.custom_jobs
             if not page.next_page_token:
                 return
             page = self._call(
-                "ListCustomJobs", functools.partial(self._list_page, request(page.next_page_token))
+                "ListCustomJobs",
+                functools.partial(self._list_page, client, request(page.next_page_token)),
             )
 
-    def _list_page(self, request: aiplatform_v1.ListCustomJobsRequest) -> Any:
+    def _list_page(
+        self, client: aiplatform_v1.JobServiceClient, request: aiplatform_v1.ListCustomJobsRequest
+    ) -> Any:
         # One RPC per page, so each page is rate limited and retried on its own.
         # The pager delegates attribute reads to the page it fetched; it fetches no more unless
         # iterated, so `custom_jobs` and `next_page_token` here are this page's.
-        return self.client.list_custom_jobs(request=request, timeout=self.timeout)
+        return client.list_custom_jobs(request=request, timeout=self.timeout)
 
     def list_managed(self) -> Iterator[aiplatform_v1.CustomJob]:
         return self.list_jobs(label_filter({MANAGED_BY_LABEL: MANAGED_BY_VALUE}))
@@ -310,9 +354,15 @@ class VertexBackend:
                 )
         return list(self.list_jobs(label_filter(managed), page_size=LIVE_PAGE_SIZE))
 
-    def find_attempt(self, job_id: str, attempt: int) -> list[aiplatform_v1.CustomJob]:
+    def find_attempt(
+        self, job_id: str, attempt: int, region: str | None = None
+    ) -> list[aiplatform_v1.CustomJob]:
+        """The attempt's CustomJobs by their labels: in `region` (where its placement put it),
+        else in every watched region."""
         filter_ = label_filter(labels_for(job_id, attempt))
-        return sorted(self.list_jobs(filter_), key=lambda j: (j.create_time.timestamp(), j.name))
+        regions = (region,) if region else None
+        found = self.list_jobs(filter_, regions=regions)
+        return sorted(found, key=lambda j: (j.create_time.timestamp(), j.name))
 
     # --- writes ---------------------------------------------------------------------------
     def _deadline(self, guard: Guard, what: str) -> float:
@@ -320,12 +370,11 @@ class VertexBackend:
         return min(self.timeout, guard(what))
 
     def cancel(self, name: str, *, guard: Guard = _always_allowed) -> None:
+        client = self.client_for(region_of(name))
         try:
             self._call(
                 "CancelCustomJob",
-                lambda: self.client.cancel_custom_job(
-                    name=name, timeout=self._deadline(guard, f"cancel {name}")
-                ),
+                lambda: client.cancel_custom_job(name=name, timeout=self._deadline(guard, f"cancel {name}")),
             )
         except (gexc.NotFound, gexc.FailedPrecondition):
             pass  # already gone or already finished: nothing to cancel
@@ -339,15 +388,21 @@ class VertexBackend:
         create: bool,
         guard: Guard = _always_allowed,
         slot_taken: bool = False,
+        region: str | None = None,
     ) -> Submission:
         """Adopt the Vertex job of this attempt if one exists; otherwise create it (if asked).
 
         `slot_taken`: the caller already holds a create slot for the first try (taken from the
         create lane, `self.lane`); a retry takes a new one.
 
+        `region`: where the attempt's placement puts it (None: RELAUNCH_REGION); the look-up and
+        the create both go to that region's endpoint.
+
         Raises SubmitRejected for a permanent refusal; transient errors that outlast the retries
         propagate as google.api_core exceptions.
         """
+        region = region or self.settings.region
+        client = self.client_for(region)
         for try_ in self._retrying(AMBIGUOUS_CREATE):
             with try_:
                 if create:
@@ -356,7 +411,7 @@ class VertexBackend:
                         self.creates.acquire()
                     slot_taken = False
                     guard(f"look up attempt {attempt} of {job_id} before creating it")
-                existing = self.find_attempt(job_id, attempt)
+                existing = self.find_attempt(job_id, attempt, region)
                 if existing:
                     return Submission(
                         existing[0], created=False, duplicates=tuple(j.name for j in existing[1:])
@@ -366,8 +421,8 @@ class VertexBackend:
                 custom_job = build()
                 deadline = self._deadline(guard, f"create attempt {attempt} of {job_id}")
                 try:
-                    job = self.client.create_custom_job(
-                        parent=self.parent, custom_job=custom_job, timeout=deadline
+                    job = client.create_custom_job(
+                        parent=self.parent_for(region), custom_job=custom_job, timeout=deadline
                     )
                 except PERMANENT_CREATE as error:
                     self._on_api_error("CreateCustomJob", type(error).__name__)

@@ -44,6 +44,7 @@ class DemoOptions:
     keep: bool = False
     timeout: float = 600.0
     preempt_after_checkpoints: int = 2
+    regions: tuple[str, ...] = ()  # further Vertex regions, each its own stand-in (devstack.stack)
 
 
 def _free_port() -> int:
@@ -87,7 +88,7 @@ class Demo:
 
         from devstack.stack import DevStack
 
-        self.stack = DevStack(str(self.dir / "devstack")).start(
+        self.stack = DevStack(str(self.dir / "devstack"), regions=self.options.regions).start(
             progress=lambda text: self.say(f"  devstack: {text}")
         )
         # Relaunch renders `disableRetries: true`; whether that also stops Vertex's in-place

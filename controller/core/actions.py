@@ -32,6 +32,9 @@ class SubmitAttempt:
     # The scheduling strategy after a stockout fallback (`core.fallback`): STANDARD or
     # FLEX_START; None: the request's (or STANDARD with `on_demand`).
     strategy: str | None = None
+    # The placement this attempt runs on (a name in the request's `placements`), as recorded on
+    # the attempt (`controller.core.placement_choice`); None: as the jobSpec says.
+    placement: str | None = None
 
 
 @dataclass(frozen=True)

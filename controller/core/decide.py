@@ -51,6 +51,7 @@ from controller.core.model import (
     Phase,
     vertex_is_live,
 )
+from controller.core.placement_choice import PlacementInputs, choose_placements
 from controller.core.policy import NO_CHECKPOINT_RESTART, RestartPolicy
 
 
@@ -81,9 +82,20 @@ Outcome = tuple[JobState, list[Action]]
 
 
 def new_job(
-    job_id: str, policy: RestartPolicy, now: float, elastic_policy: ElasticPolicy | None = None
+    job_id: str,
+    policy: RestartPolicy,
+    now: float,
+    elastic_policy: ElasticPolicy | None = None,
+    placements: tuple[str, ...] = (),
 ) -> JobState:
-    return JobState(job_id=job_id, policy=policy, created_at=now, updated_at=now, elastic=elastic_policy)
+    return JobState(
+        job_id=job_id,
+        policy=policy,
+        created_at=now,
+        updated_at=now,
+        elastic=elastic_policy,
+        placements=placements,
+    )
 
 
 def decide(
@@ -93,9 +105,11 @@ def decide(
     rng: random.Random,
     config: CoreConfig = CoreConfig(),
     interval: IntervalInputs | None = None,
+    placement: PlacementInputs | None = None,
 ) -> Decision:
     """`interval`: the facts an `auto` checkpoint interval is chosen from, when the shell has them
-    (`controller.core.interval_choice`: a SubmitAttempt without its interval asks for them)."""
+    (`controller.core.interval_choice`: a SubmitAttempt without its interval asks for them);
+    `placement`: the same for the placement of a job with placements (`core.placement_choice`)."""
     if isinstance(event, ev.AlertDelivered):  # also after the end: a failed job's alert matters most
         outbox = tuple(p for p in state.outbox if p.outbox_id != event.outbox_id)
         return Decision(replace(state, outbox=outbox) if outbox != state.outbox else state, ())
@@ -105,6 +119,8 @@ def decide(
     new_state, actions = handler(state, event, now, rng, config)
     new_state, actions = _resolve_cleared(state, new_state, actions)
     new_state, actions = _into_outbox(new_state, actions, now)
+    # The placement first: the interval is chosen for the capacity the attempt will run on.
+    new_state, actions = choose_placements(new_state, actions, placement, now, config.capacity_retry_seconds)
     new_state, actions = choose(new_state, actions, interval)
     if new_state != state:
         new_state = replace(new_state, updated_at=now)
@@ -250,6 +266,8 @@ def _on_submit_failed(
     if event.capacity:
         if state.next_attempt_at is not None and state.next_attempt_at > now:
             return state, [ScheduleWakeup(state.next_attempt_at)]  # this refusal is known already
+        if len(state.placements) > 1 and not state.cancel_requested:
+            return _move_at_once(state, now, "create-refused-for-quota", event.message)
         retry_at = now + config.capacity_retry_seconds * rng.uniform(1.0, 1.2)
         retry_at = _no_later_than_fallback(state, now, retry_at)
         state, alerts = _capacity_refused(replace(state, next_attempt_at=retry_at), now, event.message)
@@ -676,6 +694,8 @@ def _wait_for_capacity(
     otherwise wait minutes, not seconds."""
     state = _streak(state, ended)
     message = ended.event.error_message
+    if not ended.ran and len(state.placements) > 1:
+        return _move_at_once(state, now, None, message)
     if not ended.ran and _smaller_size(state) is not None:
         # Vertex has already waited and said no (its stockout ending): a smaller gang at once.
         since = state.capacity_wait_since if state.capacity_wait_since is not None else now
@@ -698,6 +718,26 @@ def _no_later_than_fallback(state: JobState, now: float, wake: float) -> float:
         state.policy, state.capacity_wait_since if state.capacity_wait_since is not None else now
     )
     return wake if due is None else max(now, min(wake, due))
+
+
+def _move_at_once(state: JobState, now: float, rule: str | None, message: str) -> Outcome:
+    """Refused for capacity or quota before it ran, with other placements listed: the next
+    attempt is due now (a wake-up at once, as a reclaim's restart: the same look goes on and
+    creates it, after this ending is written), and its placement is chosen with this one marked
+    refused (`placement_choice.refused`), so it goes elsewhere at once unless staying is worth
+    the wait. `rule`: end the current attempt first (a create refused for quota ends no
+    CustomJob)."""
+    if rule is not None:
+        state = state.with_current(
+            ending=Ending.CAPACITY,
+            rule=rule,
+            ended_at=now,
+            error_message=message,
+            checkpoint_step_at_end=state.latest_checkpoint_step,
+        )
+    state, alerts = _capacity_refused(state, now, message)
+    state = replace(state, phase=Phase.BACKING_OFF, next_attempt_at=now)
+    return state, [*alerts, ScheduleWakeup(now)]
 
 
 def _restart_not_counted(

@@ -13,7 +13,7 @@ is chosen: the render then uses the request's fixed seconds, or leaves the train
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from controller.core.actions import Action, SubmitAttempt
 from controller.core.adaptive_interval import CheckpointCost, IntervalSetting, decide_interval
@@ -29,6 +29,10 @@ class IntervalInputs:
     spot: tuple[CapacityClass, RateEstimate]  # the class a Spot attempt runs on, its estimate
     on_demand: tuple[CapacityClass, RateEstimate]  # the same for an on-demand attempt
     cost: CheckpointCost
+    # A job with placements: the class and estimate of each placement, by name. An attempt's
+    # placement is chosen before its interval (`decide`), so the interval is chosen for the
+    # capacity the attempt will run on.
+    placed: dict[str, tuple[CapacityClass, RateEstimate]] = field(default_factory=dict)
 
 
 def wanted(actions: tuple[Action, ...] | list[Action]) -> bool:
@@ -60,7 +64,8 @@ def _with_interval(
     attempt = state.attempts[index]
     chosen = attempt.checkpoint_interval
     if chosen is None and inputs is not None and inputs.setting.auto:
-        capacity, estimate = inputs.on_demand if attempt.on_demand else inputs.spot
+        where = inputs.placed.get(str(attempt.placement["chosen"])) if attempt.placement else None
+        capacity, estimate = where or (inputs.on_demand if attempt.on_demand else inputs.spot)
         chosen = decide_interval(inputs.setting, capacity, estimate, inputs.cost).to_dict()
         attempts = list(state.attempts)
         attempts[index] = replace(attempt, checkpoint_interval=chosen)

@@ -94,6 +94,10 @@ class Attempt:
     # The scheduling strategy this attempt falls back to after a stockout (`core.fallback`):
     # "STANDARD" or "FLEX_START"; None: the request's (or on_demand's STANDARD).
     strategy: str | None = None
+    # Where this attempt runs, for a job with placements: the choice (`Choice.to_dict()`: the
+    # name chosen, the reason and every figure compared), made once where its SubmitAttempt is
+    # emitted (`core.placement_choice`), so a retried submission renders the same placement.
+    placement: dict[str, Any] | None = None
 
     @property
     def ended(self) -> bool:
@@ -153,6 +157,9 @@ class JobState:
     # The step training ends at, once a trainer's exit record has said it: a committed checkpoint
     # at that step means the work is done, and no attempt is started to train 0 steps.
     final_step: int | None = None
+    # The names of the request's placements (its alternatives for where attempts run), in the
+    # request's order; empty: every attempt runs as the jobSpec says.
+    placements: tuple[str, ...] = ()
 
     @property
     def current(self) -> Attempt | None:
@@ -188,7 +195,7 @@ class JobState:
         elastic = ElasticPolicy.from_dict(data["elastic"]) if data.get("elastic") else None
         alerts = tuple(Alerted(**a) for a in data.get("alerts", ()))
         outbox = tuple(PendingAlert(**a) for a in data.get("outbox", ()))
-        special = ("policy", "attempts", "alerts", "outbox", "phase", "elastic", "firing")
+        special = ("policy", "attempts", "alerts", "outbox", "phase", "elastic", "firing", "placements")
         rest = {k: v for k, v in data.items() if k not in special}
         return cls(
             policy=policy,
@@ -198,6 +205,7 @@ class JobState:
             phase=Phase(data["phase"]),
             elastic=elastic,
             firing=tuple(data.get("firing", ())),
+            placements=tuple(data.get("placements", ())),
             **rest,
         )
 

@@ -50,9 +50,10 @@ def transition_entries(
             if current.resume_from_step is not None
             else "from scratch"
         )
-        spot = "on-demand" if current.on_demand else "spot"
-        if current.strategy is not None and not current.on_demand:
-            spot = f"{current.strategy}, the fallback after a stockout"
+        # With placements the strategy is the placement's: the "placed on" entry says which.
+        spot = "" if current.placement else (" (on-demand)" if current.on_demand else " (spot)")
+        if current.strategy is not None and not current.on_demand and not current.placement:
+            spot = f" ({current.strategy}, the fallback after a stockout)"
         size = ""
         if new.elastic is not None and current.replicas is not None:
             size = f" on {elastic.describe(current.replicas)}"
@@ -62,7 +63,7 @@ def transition_entries(
             entry(
                 now,
                 attempt,
-                f"attempt {attempt} requested {where} ({spot}){size}",
+                f"attempt {attempt} requested {where}{spot}{size}",
                 resumeFromStep=current.resume_from_step,
                 **({"replicas": list(current.replicas)} if current.replicas is not None else {}),
             )
@@ -81,6 +82,24 @@ def transition_entries(
                 f"attempt {attempt} checkpoint interval {float(chosen['seconds']):.1f} s (auto)",
                 checkpointInterval=chosen["seconds"],
                 explanation=chosen.get("explanation", ""),
+            )
+        )
+    placed = new.current.placement if new.current else None
+    was_placed = (
+        old.current.placement
+        if old.current and new.current and old.current.number == new.current.number
+        else None
+    )
+    if placed is not None and was_placed is None:
+        # The choice and every figure it compared (`controller.core.placement.Choice`).
+        entries.append(
+            entry(
+                now,
+                attempt,
+                f"attempt {attempt} placed on {placed['chosen']}: {placed['reason']}",
+                placement=placed["chosen"],
+                objective=placed["objective"],
+                figures=placed["figures"],
             )
         )
     if new.current and old.current and new.current.number == old.current.number:
@@ -272,6 +291,9 @@ def status_document(document: Json | JobRecord, *, with_timeline: bool = True) -
                 "strategy": a.strategy,
                 "vertexEndedAt": a.vertex_ended_at,
                 "decisionDueAt": a.decision_due_at,
+                # Where it runs and why (a job with placements): the name chosen, the reason
+                # and the figures compared (`controller.core.placement.Choice`).
+                "placement": a.placement,
             }
             for a in state.attempts
         ],

@@ -13,6 +13,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
+from google.cloud.aiplatform_v1 import AcceleratorType
 from pydantic import Field, ValidationError, field_validator
 
 from controller.core.placement import Objective, Placement, Pool
@@ -31,6 +32,14 @@ class PoolModel(_Strict):
     accelerator_type: str = Field("", max_length=64, description="e.g. NVIDIA_H100_80GB; '' for none")
     accelerator_count: int = Field(0, ge=0, le=16)
     replica_count: int = Field(ge=1, le=1024)
+
+    @field_validator("accelerator_type")
+    @classmethod
+    def _known_accelerator(cls, value: str) -> str:
+        # The name the CustomJob is rendered with (aiplatform_v1 AcceleratorType).
+        if value and value not in AcceleratorType.__members__:
+            raise ValueError(f"is not a Vertex AI accelerator type such as NVIDIA_H100_80GB (got {value!r})")
+        return value
 
 
 class PlacementModel(_Strict):

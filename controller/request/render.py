@@ -11,8 +11,13 @@ is exactly what would be created. Rules (also in docs/requests.md):
   committed checkpoint), replacing any user value of the same name; with a checkpoint interval
   (the request's fixed seconds, or the controller's choice for `auto`) also
   RELAUNCH_CHECKPOINT_INTERVAL_SECONDS, replacing the user's; without one the user's is kept;
+- a placement (the one chosen for the attempt from the request's `placements`): each pool's
+  machine type, accelerator type and count and replica count, and the scheduling strategy
+  (FLEX_START with the placement's maxWait) are the placement's; the region is where the
+  CustomJob is created (the submit's, not the spec's);
 - replica counts: the attempt's own size where the controller chose one (an elastic job,
-  `minReplicaCount`, which Vertex does not know and never sees), else the request's;
+  `minReplicaCount`, which Vertex does not know and never sees; with a placement too, the
+  smaller of the two per pool), else the placement's, else the request's;
 - scheduling strategy: STANDARD (on-demand; `ON_DEMAND` is deprecated) when `on_demand` is set;
   the stockout fallback's (`restartPolicy.fallbackAfterStockout`) once it fell due;
   SPOT when the user set none (Relaunch exists for Spot capacity, and Vertex's own default would
@@ -27,8 +32,9 @@ from __future__ import annotations
 from typing import Any
 
 from google.cloud import aiplatform_v1 as vertex
-from google.protobuf import json_format
+from google.protobuf import duration_pb2, json_format
 
+from controller.core.placement import Placement
 from controller.request import RELAUNCH_ENV_NAMES, JobRequest
 from controller.request.labels import labels_for
 from controller.request.limits import EXPLICIT_SCHEDULING_FIELDS
@@ -87,6 +93,7 @@ def build_custom_job(
     checkpoint_interval_seconds: float | None = None,
     replicas: tuple[int, ...] | None = None,
     strategy: str | None = None,
+    placement: Placement | None = None,
 ) -> vertex.CustomJob:
     """The CustomJob for attempt `attempt` (1-based) of `request`.
 
@@ -107,6 +114,11 @@ def build_custom_job(
         ours.append(
             vertex.EnvVar(name=CHECKPOINT_INTERVAL_ENV, value=interval_env_value(checkpoint_interval_seconds))
         )
+    if placement is not None:
+        _place(spec, placement)
+        if replicas is not None and len(replicas) == len(placement.pools):
+            # An elastic job's size and the placement's: the smaller of the two, pool by pool.
+            replicas = tuple(min(n, p.replica_count) for n, p in zip(replicas, placement.pools, strict=True))
     if replicas is not None:
         if len(replicas) != len(spec.worker_pool_specs):
             raise ValueError(
@@ -123,7 +135,9 @@ def build_custom_job(
             pool.python_package_spec.env = _with_relaunch_env(pool.python_package_spec.env, ours)
 
     strategies = vertex.Scheduling.Strategy
-    if on_demand or strategy == "STANDARD":
+    if placement is not None:
+        pass  # the placement set the strategy
+    elif on_demand or strategy == "STANDARD":
         spec.scheduling.strategy = strategies.STANDARD
         # maxWaitDuration applies to FLEX_START only; Vertex rejects it with STANDARD.
         spec.scheduling.max_wait_duration = None
@@ -141,6 +155,45 @@ def build_custom_job(
         job_spec=spec,
         labels={**request.labels, **labels_for(request.job_id, attempt)},
     )
+
+
+def placement_named(request: JobRequest, name: str | None) -> Placement | None:
+    """The request's placement of that name (None: none asked for)."""
+    if name is None:
+        return None
+    for placement in request.placements:
+        if placement.name == name:
+            return placement
+    raise ValueError(f"job {request.job_id} has no placement {name!r}")
+
+
+def _place(spec: vertex.CustomJobSpec, placement: Placement) -> None:
+    """The placement's machines, sizes and strategy, pool by pool (validation made sure there is
+    one placement pool per workerPoolSpec)."""
+    if len(placement.pools) != len(spec.worker_pool_specs):
+        raise ValueError(
+            f"placement {placement.name} names {len(placement.pools)} pools, the job has "
+            f"{len(spec.worker_pool_specs)}"
+        )
+    for pool, mine in zip(spec.worker_pool_specs, placement.pools, strict=True):
+        if pool.replica_count == 0 and "machine_spec" not in pool:
+            continue  # an empty placeholder pool stays empty
+        pool.machine_spec.machine_type = mine.machine_type
+        pool.machine_spec.accelerator_type = (
+            vertex.AcceleratorType[mine.accelerator_type]
+            if mine.accelerator_type
+            else vertex.AcceleratorType.ACCELERATOR_TYPE_UNSPECIFIED
+        )
+        pool.machine_spec.accelerator_count = mine.accelerator_count
+        pool.replica_count = mine.replica_count
+    strategy = vertex.Scheduling.Strategy
+    spec.scheduling.strategy = strategy[placement.strategy]
+    if placement.strategy == "FLEX_START":
+        if placement.max_wait_seconds is not None:
+            spec.scheduling.max_wait_duration = duration_pb2.Duration(seconds=int(placement.max_wait_seconds))
+    else:
+        # maxWaitDuration applies to FLEX_START only; Vertex rejects it with the others.
+        spec.scheduling.max_wait_duration = None
 
 
 def custom_job_to_rest(job: vertex.CustomJob) -> dict:

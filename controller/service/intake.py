@@ -107,7 +107,13 @@ class Intake:
             if refusal is not None:
                 return self._reject(data, refusal.status, refusal.reason, request.job_id)
             now = self.clock()
-            state = new_job(request.job_id, request.restart_policy, now, request.elastic)
+            state = new_job(
+                request.job_id,
+                request.restart_policy,
+                now,
+                request.elastic,
+                tuple(p.name for p in request.placements),
+            )
             timeline = [entry(now, 0, "request accepted")]
             document = JobRecord(request.to_json(), fingerprint, state, tuple(timeline)).to_dict()
             try:

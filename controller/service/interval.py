@@ -50,7 +50,7 @@ from controller.core.model import Attempt, JobState
 from controller.jobrecord import JobRecord
 from controller.request import JobRequest
 from controller.request.capacity import capacity_class
-from controller.request.render import build_custom_job
+from controller.request.render import build_custom_job, placement_named
 from controller.service.interval_records import epoch as _epoch
 from controller.service.interval_records import measured_before as _measured_before
 from controller.settings import Settings
@@ -190,7 +190,13 @@ class IntervalKeeper:
         self, job_id: str, request: JobRequest, attempt: Attempt, facts: EndingFacts, now: float
     ) -> bool:
         kind = ending_kind(facts)
-        capacity = self.capacity(request, attempt.number, attempt.on_demand)
+        # An attempt of a job with placements ran where its placement put it.
+        placed = placement_named(request, str(attempt.placement["chosen"])) if attempt.placement else None
+        capacity = (
+            placed.capacity_class()
+            if placed is not None
+            else self.capacity(request, attempt.number, attempt.on_demand)
+        )
         exposed = exposure(facts)
         restarts = restart_endings(attempt.restarts, attempt.started_at)  # each one an ending too
         self.update_ledger(
@@ -356,7 +362,14 @@ class IntervalKeeper:
             capacity = self.capacity(request, 1, on_demand)
             return capacity, estimate_for(book, capacity, self.prior(capacity))
 
-        return IntervalInputs(setting, on(False), on(True), self.cost(request, earlier))
+        placed = {
+            p.name: (
+                p.capacity_class(),
+                estimate_for(book, p.capacity_class(), self.prior(p.capacity_class())),
+            )
+            for p in request.placements
+        }
+        return IntervalInputs(setting, on(False), on(True), self.cost(request, earlier), placed)
 
 
 def _ended_in(state: JobState, number: int) -> bool:

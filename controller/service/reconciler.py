@@ -47,14 +47,18 @@ from controller.core.actions import (
 from controller.core.decide import decide, pending_alerts
 from controller.core.interval_choice import IntervalInputs
 from controller.core.interval_choice import wanted as interval_wanted
-from controller.core.model import JobState, Phase
+from controller.core.model import JobState
+from controller.core.placement_choice import PlacementInputs
+from controller.core.placement_choice import wanted as placement_wanted
 from controller.jobrecord import JobRecord
 from controller.readmodel.jobs import TIMELINE_LIMIT, transition_entries
 from controller.request import JobRequest, parse_request
 from controller.service.alerts import unreadable_checkpoints_alert
 from controller.service.deps import Dependencies, Deposed, Transition, core_config
 from controller.service.interval import IntervalKeeper
+from controller.service.placing import placement_inputs
 from controller.service.reconcile_ledger import LedgerSteps
+from controller.service.reconcile_probe import ProbeSteps
 from controller.service.submit import crash_point, ready_at, submit
 from controller.settings import Settings
 from controller.store import Fenced, VersionConflict, Versioned
@@ -68,7 +72,7 @@ WRITE_TRIES = 5
 OUTCOME_ROUNDS = 4
 
 
-class Reconciler(LedgerSteps):
+class Reconciler(LedgerSteps, ProbeSteps):
     def __init__(
         self,
         settings: Settings,
@@ -173,6 +177,7 @@ class Reconciler(LedgerSteps):
         self, job_id: str, facts: list[ev.Event], record: Versioned | None = None
     ) -> tuple[JobState, list[Action]]:
         inputs: IntervalInputs | None = None
+        placing: PlacementInputs | None = None  # a job with placements: where its attempt runs
         for _ in range(WRITE_TRIES):
             if record is None:
                 record = self.store.get(job_key(job_id))
@@ -180,16 +185,19 @@ class Reconciler(LedgerSteps):
                 raise Deposed(f"{job_id}: its record vanished")  # retention deleted it meanwhile
             stored = JobRecord.from_dict(record.document)
             before, now = stored.state, self.clock()
-            state, actions, entries = self._fold(before, facts, now, inputs)
+            state, actions, entries = self._fold(before, facts, now, inputs, placing)
+            if placing is None and placement_wanted(actions):
+                if placing := placement_inputs(self._request(job_id), self.intervals):
+                    state, actions, entries = self._fold(before, facts, now, inputs, placing)
             if inputs is None and interval_wanted(actions) and stored.interval_setting is not None:
                 if sum(a.ended for a in state.attempts) > sum(a.ended for a in before.attempts):
                     # A restart at once: the next attempt's interval must see this ending, so the
                     # ending is written (and learned) first; the look's next turn, a tick, submits.
                     facts = [f for f in facts if not isinstance(f, ev.TimerFired)]
-                    state, actions, entries = self._fold(before, facts, now, None)
+                    state, actions, entries = self._fold(before, facts, now, None, placing)
                 elif inputs := self.intervals.inputs(self._request(job_id), stored.interval_choices):
                     # The core chooses the interval from the book's estimate and C, gathered now.
-                    state, actions, entries = self._fold(before, facts, now, inputs)
+                    state, actions, entries = self._fold(before, facts, now, inputs, placing)
             if state == before:
                 return state, actions
             written, reads = self.intervals.with_ending(
@@ -208,11 +216,12 @@ class Reconciler(LedgerSteps):
         raise RuntimeError(f"{job_id}: state kept changing under us; giving up this look")
 
     def _fold(
-        self, state: JobState, facts: list[ev.Event], now: float, inputs: IntervalInputs | None
+        self, state: JobState, facts: list[ev.Event], now: float, *inputs: Any
     ) -> tuple[JobState, list[Action], list[dict[str, Any]]]:
+        """`inputs`: the interval's and the placement's, each None when not gathered."""
         actions, entries = list[Action](), list[dict[str, Any]]()
         for fact in facts:
-            decision = decide(state, fact, now, self.rng, self.core_config, inputs)
+            decision = decide(state, fact, now, self.rng, self.core_config, *inputs)
             if decision.state != state:
                 entries += transition_entries(state, decision.state, fact, decision.actions, now)
             state = decision.state
@@ -343,25 +352,6 @@ class Reconciler(LedgerSteps):
         self.vertex.lane.leave(job_id)
 
     # ==== helpers ==========================================================================
-    def _probe_due(self, state: JobState) -> bool:
-        """Whether the periodic pass picked this running job for a progress probe."""
-        with self._probe_lock:
-            wanted = state.job_id in self._probe_wanted
-            self._probe_wanted.discard(state.job_id)
-        return wanted and state.phase is Phase.RUNNING
-
-    def probe_on_next_look(self, job_ids: set[str]) -> None:
-        """The periodic pass's choice of running jobs whose checkpoint roots are listed."""
-        with self._probe_lock:
-            self._probe_wanted |= job_ids
-
-    def _probe(self, state: JobState) -> list[ev.Event]:
-        try:  # the newest checkpoint, and the restarts in place of the running CustomJob
-            return self.observer.progress(self._request(state.job_id).checkpoint_uri, state.current)
-        except CheckpointsUnreadable as error:
-            self._checkpoints_unreadable(state.job_id, state.current.number if state.current else 0, error)
-            return []
-
     def _checkpoints_unreadable(self, job_id: str, attempt: int, error: CheckpointsUnreadable) -> None:
         log.error(
             "checkpoints unreadable; progress unknown", job_id=job_id, attempt=attempt, error=str(error)

@@ -77,15 +77,17 @@ class Sources:
         with self._lock:
             job_id = self._job_of.get(vertex_job_id)
             built = self._index_built
-        name = f"{self.reconciler.vertex.parent}/customJobs/{vertex_job_id}"
+        # An event names the job's id, not its region: every watched region's name for it.
+        names = self.reconciler.vertex.names_for(vertex_job_id)
         if job_id is None:
             if built and self.settings.hint_ignore_unknown:
                 return  # no live job recorded it; a pass finds one not recorded yet
-            job = self.reconciler.vertex.get(name)
+            job = next((j for j in map(self.reconciler.vertex.get, names) if j is not None), None)
             job_id = job_labels(job)[0] if job is not None else None
             if job_id is None:
                 return
-        self.reconciler.observer.forget(name)  # the listing's copy predates this event
+        for name in names:
+            self.reconciler.observer.forget(name)  # the listing's copy predates this event
         self.queue.add(job_id)
 
     def on_event_message(self, message: Any) -> None:

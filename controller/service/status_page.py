@@ -176,7 +176,7 @@ def _job_detail(doc: dict, now: float) -> str:
             "<tr>"
             f"<td class='num'>{a['number']}</td>"
             f"<td><code>{_text((a['vertexJob'] or '-').rsplit('/', 1)[-1])}</code></td>"
-            f"<td>{'on-demand' if a['onDemand'] else 'spot'}{_replicas(a)}</td>"
+            f"<td>{_vms(a)}{_replicas(a)}</td>"
             f"<td>{_utc(a['startedAt'])}</td><td>{_utc(a['endedAt'])}</td>"
             f"<td style='color:{colour}'>{how}</td>"
             f"<td class='num'>{_text(a['resumeFromStep'] if a['resumeFromStep'] is not None else '-')}</td>"
@@ -210,6 +210,14 @@ def _job_detail(doc: dict, now: float) -> str:
     so_far = "" if doc["phase"] in ENDED else " so far"
     back = f"<p><a href='/'>All jobs</a> · duration {escape(elapsed)}{so_far} (request to end)</p>"
     return back + summary + attempt_table + picture + timeline_table
+
+
+def _vms(attempt: dict) -> str:
+    """spot / on-demand; for a job with placements the placement, the reason as a tooltip."""
+    placed = attempt.get("placement")
+    if not placed:
+        return "on-demand" if attempt["onDemand"] else "spot"
+    return f"<span title='{_text(placed.get('reason', ''))}'>{_text(placed.get('chosen', ''))}</span>"
 
 
 def _replicas(attempt: dict) -> str:

@@ -23,7 +23,7 @@ from controller.core import events as ev
 from controller.core.actions import SubmitAttempt
 from controller.core.model import JobState
 from controller.request import JobRequest
-from controller.request.render import build_custom_job
+from controller.request.render import build_custom_job, placement_named
 
 log = logs.get("relaunch.submit")
 
@@ -50,6 +50,8 @@ def submit(
 ) -> list[ev.Event]:
     job_id = state.job_id
     bound = log.bind(job_id=job_id, attempt=action.attempt)
+    # The attempt's placement (recorded with its intent): where it is looked up and created.
+    placement = placement_named(request, action.placement)
 
     def build() -> aiplatform_v1.CustomJob:
         return build_custom_job(
@@ -60,12 +62,19 @@ def submit(
             checkpoint_interval_seconds=action.checkpoint_interval_seconds,
             replicas=action.replicas,
             strategy=action.strategy,
+            placement=placement,
         )
 
     crash_point("after-intent")
     try:
         submission = vertex.ensure_attempt(
-            job_id, action.attempt, build, create=action.create_if_missing, guard=guard, slot_taken=slot_taken
+            job_id,
+            action.attempt,
+            build,
+            create=action.create_if_missing,
+            guard=guard,
+            slot_taken=slot_taken,
+            region=placement.region if placement is not None else None,
         )
     except SubmitRejected as error:
         bound.error("vertex rejected the job", error=str(error))
@@ -97,6 +106,7 @@ def submit(
             resume_from=action.resume_from_uri,
             on_demand=action.on_demand,
             replicas=list(action.replicas) if action.replicas is not None else None,
+            placement=action.placement,
         )
     else:
         bound.info("adopted existing vertex job", vertex_job=submission.job.name)

@@ -27,6 +27,7 @@ from google.cloud.aiplatform_v1 import (
     JobState,
     ListCustomJobsRequest,
     ListCustomJobsResponse,
+    Scheduling,
 )
 from google.longrunning import operations_pb2
 from google.protobuf import empty_pb2, field_mask_pb2
@@ -47,6 +48,7 @@ from devstack.vertex.jobrun import (
     Reclaim,
     Stockout,
 )
+from devstack.vertex.reclaims import ReclaimProcess
 from devstack.vertex.service import JobServiceHandler
 from devstack.vertex.simulated import Alarms, Simulation, simulation_for
 from devstack.vertex.validation import validate_custom_job
@@ -102,6 +104,7 @@ class VertexEmulator:
         kill_grace_seconds: float = 5.0,
         behaviour: VertexBehaviour | None = None,
         simulation: Simulation | None = None,
+        first_job_id: int | None = None,
     ) -> None:
         self.project = project
         self.region = region
@@ -121,11 +124,14 @@ class VertexEmulator:
         self._jobs: dict[str, JobRecord] = {}  # by full job name
         self._operations: dict[str, operations_pb2.Operation] = {}
         # Microsecond clock as the first id: ids stay unique across restarts sharing a workdir.
-        self._ids = itertools.count(time.time_ns() // 1000)
+        # Several regions (devstack.stack) start each its own range, so ids are unique across them.
+        self._ids = itertools.count(first_job_id if first_job_id is not None else time.time_ns() // 1000)
         self._operation_ids = itertools.count(1)
         self._stockout = Stockout()
         self._quota_shortfall: str | None = None
-        self._capacity: Capacity | None = None  # set_capacity: replicas of a machine type to be had
+        # set_capacity: replicas to be had per machine type (the key None: of every type).
+        self._capacities: dict[str | None, Capacity] = {}
+        self._reclaims = ReclaimProcess(self)  # set_reclaim_rate: Spot reclaims at random
         self._lost_create_replies = 0
         self.behaviour = behaviour or VertexBehaviour()
         self.faults = ApiFaults()
@@ -156,6 +162,7 @@ class VertexEmulator:
             self.wake()
         if self._server is not None:
             self._server.stop(grace=0)
+        self._reclaims.stop()
         self.alarms.stop()
         for thread in threads:
             thread.join(timeout=30.0)
@@ -238,21 +245,33 @@ class VertexEmulator:
         with self.changed:
             return self._quota_shortfall == "queue"
 
-    def capacity_mode(self) -> str | None:
+    def _capacity_of(self, record: JobRecord) -> Capacity | None:
+        """The limit a job's gang is held to: its chief pool's machine type's, else every type's."""
+        pools = [p for p in record.job.job_spec.worker_pool_specs if p.replica_count > 0]
+        machine_type = pools[0].machine_spec.machine_type if pools else None
+        return self._capacities.get(machine_type) or self._capacities.get(None)
+
+    def capacity_mode(self, record: JobRecord | None = None) -> str | None:
         with self.changed:
-            return None if self._capacity is None else self._capacity.mode
+            if record is None:
+                return next((c.mode for c in self._capacities.values()), None)
+            capacity = self._capacity_of(record)
+            return None if capacity is None else capacity.mode
 
     def take_capacity(self, record: JobRecord) -> bool:
-        """Reserve the job's gang on the limited machine type if it fits in what live jobs leave
-        free (all of it or nothing); True when it holds it now or needs none. Caller may hold the lock."""
+        """Reserve the job's gang on its limited machine type if it fits in what live jobs on that
+        limit leave free (all of it or nothing); True when it holds it now or needs none. Caller
+        may hold the lock."""
         with self.changed:
-            capacity = self._capacity
+            capacity = self._capacity_of(record)
             if record.capacity_held or capacity is None:
                 return True
             needed = capacity.gang(record.job)
             if needed == 0:
                 return True
-            used = sum(r.capacity_held for r in self._jobs.values() if r.active)
+            used = sum(
+                r.capacity_held for r in self._jobs.values() if r.active and self._capacity_of(r) is capacity
+            )
             if used + needed > capacity.replicas:
                 return False
             record.capacity_held = needed
@@ -540,15 +559,38 @@ class VertexEmulator:
         waits with ``mode="queue"`` (shown QUEUED, or PENDING with the behaviour knob
         ``capacity_wait_state``) until jobs end and free enough, or with ``mode="fail"`` is
         provisioned as a stockout is (retried while it lasts, then FAILED code 8 with the
-        documented text). Jobs that already hold machines keep them. None lifts the limit and
-        releases every waiting job."""
+        documented text). Jobs that already hold machines keep them. Each machine type has its
+        own limit (a job is held to its chief pool's type's, else to the every-type one). None
+        lifts that machine type's limit (with machine_type None: every limit) and releases the
+        jobs waiting on it."""
         if mode not in CAPACITY_MODES:
             raise ValueError(f"capacity mode must be one of {CAPACITY_MODES}, got {mode!r}")
         if replicas is not None and replicas < 0:
             raise ValueError("replicas must not be negative")
         with self.changed:
-            self._capacity = None if replicas is None else Capacity(int(replicas), machine_type, mode)
+            if replicas is not None:
+                self._capacities[machine_type] = Capacity(int(replicas), machine_type, mode)
+            elif machine_type is None:
+                self._capacities.clear()
+            else:
+                self._capacities.pop(machine_type, None)
             self.wake()
+
+    def set_reclaim_rate(self, per_hour: float, seed: int | None = None) -> None:
+        """Reclaim running Spot jobs at random, `per_hour` times an hour each (a Poisson process
+        per job, as `preempt` does it); 0 stops. FLEX_START and STANDARD jobs are never reclaimed:
+        Spot VMs are preemptible, flex-start and on-demand ones are not (docs/devstack.md)."""
+        self._reclaims.configure(per_hour, seed)
+
+    def spot_running(self) -> list[str]:
+        """Names of the running Spot jobs (what a reclaim may take)."""
+        spot = Scheduling.Strategy.SPOT
+        with self.changed:
+            return [
+                name
+                for name, r in self._jobs.items()
+                if r.job.state == JobState.JOB_STATE_RUNNING and r.job.job_spec.scheduling.strategy == spot
+            ]
 
     def set_stockout(self, queue_seconds: float = 0.0, fail: bool = False) -> None:
         """New jobs wait ``queue_seconds`` before provisioning; with ``fail``, provisioning fails
@@ -633,6 +675,7 @@ def start_vertex(
     kill_grace_seconds: float = 5.0,
     behaviour: VertexBehaviour | None = None,
     simulation: Simulation | None = None,
+    first_job_id: int | None = None,
 ) -> VertexEmulator:
     """Start the JobService stand-in on ``host:port`` (0 picks a free port; see ``.host_port``)."""
     emulator = VertexEmulator(
@@ -645,6 +688,7 @@ def start_vertex(
         kill_grace_seconds=kill_grace_seconds,
         behaviour=behaviour,
         simulation=simulation,
+        first_job_id=first_job_id,
     )
     emulator.serve(host, port)
     return emulator

@@ -59,7 +59,7 @@ class JobHost(Protocol):
 
     def quota_holds_new_jobs(self) -> bool: ...
 
-    def capacity_mode(self) -> str | None: ...
+    def capacity_mode(self, record: JobRecord | None = None) -> str | None: ...
 
     def take_capacity(self, record: JobRecord) -> bool: ...
 
@@ -239,9 +239,9 @@ class JobRunner:
         until finished jobs free enough; the whole gang or nothing, as Vertex starts a job.
         False if the job ended meanwhile."""
         host = self.host
-        if host.capacity_mode() != "queue" or host.behaviour.capacity_wait_state != shown.name.removeprefix(
-            "JOB_STATE_"
-        ):
+        if host.capacity_mode(
+            self.record
+        ) != "queue" or host.behaviour.capacity_wait_state != shown.name.removeprefix("JOB_STATE_"):
             return True
         self._wait(lambda: self._stop_or_interrupt_seen() or self.host.take_capacity(self.record), None)
         return not self._end_if_interrupted()

@@ -77,7 +77,9 @@ def observed_transitions(walks: int = 3000, steps: int = 40, seed: int = 7) -> s
         )
         # Every other walk is an elastic job (shrink to fit): its replacements are transitions too.
         elastic = ElasticPolicy((1, 3), (1, 1), shrink_after_seconds=300.0) if rng.random() < 0.5 else None
-        state = new_job("walk", policy, 0.0, elastic)
+        # A third of the walks list placements: a refusal then moves the next attempt at once.
+        placements = ("spot-a", "spot-b") if rng.random() < 0.3 else ()
+        state = new_job("walk", policy, 0.0, elastic, placements)
         now = 0.0
         for _ in range(steps):
             current = state.current.number if state.current else 0

@@ -26,6 +26,8 @@ DEVSTACK_VARIABLES = (
     "RELAUNCH_DEVSTACK_CONTROL",
     "GOOGLE_CLOUD_PROJECT",
     "RELAUNCH_REGION",
+    "RELAUNCH_REGIONS",
+    "RELAUNCH_VERTEX_ENDPOINTS",
 )
 START_TIMEOUT = 90.0
 STOP_TIMEOUT = 30.0
@@ -101,7 +103,15 @@ _HELP = {
         "and free enough (--fail: ends FAILED code 8 with the stockout text instead).\n"
         "No --replicas lifts the limit.\n\n"
         "example:\n  relaunch devstack capacity --replicas 2 --machine-type g2-standard-8\n"
-        "  relaunch devstack capacity          # back to normal",
+        "  relaunch devstack capacity          # back to normal\n"
+        "  relaunch devstack capacity --replicas 0 --region us-central1 --fail   # a stockout there",
+    ),
+    "reclaim-rate": (
+        "reclaim a region's running Spot jobs at random, N times per job-hour",
+        "Each running Spot job is reclaimed (as `preempt` does) after a random time; FLEX_START\n"
+        "and STANDARD jobs never are. 0 stops.\n\n"
+        "example:\n  relaunch devstack reclaim-rate --per-hour 30 --region europe-west4\n"
+        "  relaunch devstack reclaim-rate --per-hour 0",
     ),
     "faults": (
         "answer a fraction of Vertex API calls with gRPC errors",
@@ -145,6 +155,12 @@ def register(subparsers) -> None:
         action="store_true",
         help="start over: stop it and delete its state (jobs, checkpoints, logs) first",
     )
+    up.add_argument(
+        "--regions",
+        default="",
+        metavar="R1,R2",
+        help="further Vertex regions, each its own stand-in and endpoint (multi-region placements)",
+    )
     verb("env", _env)
     verb("down", _down)
     verb("status", _status)
@@ -182,10 +198,16 @@ def register(subparsers) -> None:
     stockout = verb("stockout", _stockout)
     stockout.add_argument("--seconds", type=float, default=0.0, help="how long new jobs queue")
     stockout.add_argument("--fail", action="store_true", help="then fail them with code 8")
+    stockout.add_argument("--region", default=None, help="which region (default: the first)")
     capacity = verb("capacity", _capacity)
     capacity.add_argument("--replicas", type=int, default=None, help="replicas to be had (unset: no limit)")
     capacity.add_argument("--machine-type", default=None, help="the limited machine type (unset: every one)")
     capacity.add_argument("--fail", action="store_true", help="a gang that does not fit fails (code 8)")
+    capacity.add_argument("--region", default=None, help="which region (default: the first)")
+    reclaims = verb("reclaim-rate", _reclaim_rate)
+    reclaims.add_argument("--per-hour", type=float, required=True, help="reclaims per running Spot job-hour")
+    reclaims.add_argument("--seed", type=int, default=None, help="for a repeatable sequence")
+    reclaims.add_argument("--region", default=None, help="which region (default: the first)")
     faults = verb("faults", _faults)
     faults.add_argument("--rate", type=float, required=True, help="fraction of calls, 0 to 1")
     faults.add_argument(
@@ -240,7 +262,8 @@ def _start(args) -> int:
         return 0
     with open(state / LOG_FILE, "ab") as log:
         child = subprocess.Popen(
-            [sys.executable, "-m", "devstack", "serve", "--dir", str(state)],
+            [sys.executable, "-m", "devstack", "serve", "--dir", str(state)]
+            + (["--regions", args.regions] if getattr(args, "regions", "") else []),
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -480,8 +503,15 @@ def _oom(args) -> int:
     return 1
 
 
+def _reclaim_rate(args) -> int:
+    _control(args).reclaim_rate(args.per_hour, args.seed, region=args.region)
+    where = f" in {args.region}" if args.region else ""
+    print(f"reclaims{where}: {args.per_hour:g} per running Spot job-hour", file=sys.stderr)
+    return 0
+
+
 def _stockout(args) -> int:
-    _control(args).stockout(args.seconds, args.fail)
+    _control(args).stockout(args.seconds, args.fail, region=args.region)
     state = (
         "cleared"
         if args.seconds == 0 and not args.fail
@@ -492,7 +522,9 @@ def _stockout(args) -> int:
 
 
 def _capacity(args) -> int:
-    _control(args).capacity(args.replicas, args.machine_type, "fail" if args.fail else "queue")
+    _control(args).capacity(
+        args.replicas, args.machine_type, "fail" if args.fail else "queue", region=args.region
+    )
     if args.replicas is None:
         print("capacity: no limit", file=sys.stderr)
     else:

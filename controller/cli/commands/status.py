@@ -218,7 +218,16 @@ def describe_job(doc: dict, now: float, width: int | None = None, *, controller:
     )
     return "\n".join(
         _wrapped(lines, width)
-        + ["", attempts, *_wrapped(interval_lines(doc["attempts"]) + _evidence_lines(doc["attempts"]), width)]
+        + [
+            "",
+            attempts,
+            *_wrapped(
+                interval_lines(doc["attempts"])
+                + placement_lines(doc["attempts"])
+                + _evidence_lines(doc["attempts"]),
+                width,
+            ),
+        ]
     )
 
 
@@ -295,4 +304,15 @@ def interval_lines(attempts: list[dict[str, Any]]) -> list[str]:
         chosen = a.get("checkpointInterval")
         if chosen and chosen.get("mode") == "auto":
             lines.append(f"attempt {a['number']} interval: {printable(chosen.get('explanation', ''))}")
+    return ["", *lines] if lines else []
+
+
+def placement_lines(attempts: list[dict[str, Any]]) -> list[str]:
+    """One line per attempt of a job with placements: where it runs, and the figures compared."""
+    lines = [
+        f"attempt {a['number']} placed on {printable(str(a['placement']['chosen']))}: "
+        f"{printable(str(a['placement']['reason']))}"
+        for a in attempts
+        if a.get("placement")
+    ]
     return ["", *lines] if lines else []

@@ -127,3 +127,39 @@ def test_objective_and_deadline_go_together_and_need_placements():
     )
     assert parse_request(good).deadline == "2026-12-01T18:00:00Z"
     assert "objective" in problems(request(placements=[placement()], objective="cheapest"))
+
+
+def test_an_unknown_accelerator_type_is_a_field_error():
+    wrong = placement("x")
+    wrong["workerPools"][0]["acceleratorType"] = "H100"
+    found = problems(request(placements=[placement(), wrong]))
+    assert "placements[1].workerPools[0].acceleratorType" in found
+
+
+def test_the_chosen_placement_renders_its_machines_sizes_and_strategy():
+    from google.cloud import aiplatform_v1 as vertex
+
+    from controller.request.render import build_custom_job, placement_named
+
+    document = request(
+        placements=[
+            placement(),
+            placement("east-flex", "us-east5", "FLEX_START", workers=1, maxWait="2h"),
+        ]
+    )
+    document["jobSpec"]["workerPoolSpecs"][1]["minReplicaCount"] = 1  # the workers may be fewer
+    parsed = parse_request(document)
+    flex = placement_named(parsed, "east-flex")
+    job = build_custom_job(parsed, 2, placement=flex)
+    spec = job.job_spec
+    assert [p.replica_count for p in spec.worker_pool_specs] == [1, 1]  # the placement's size
+    assert spec.scheduling.strategy == vertex.Scheduling.Strategy.FLEX_START
+    assert spec.scheduling.max_wait_duration.total_seconds() == 7200
+    spot = build_custom_job(parsed, 3, placement=placement_named(parsed, "central-spot"), on_demand=True)
+    assert spot.job_spec.scheduling.strategy == vertex.Scheduling.Strategy.SPOT  # the placement's
+    assert "max_wait_duration" not in spot.job_spec.scheduling
+    assert [p.replica_count for p in spot.job_spec.worker_pool_specs] == [1, 2]
+    # Without a placement: the jobSpec as it was.
+    plain = build_custom_job(parsed, 1)
+    assert plain.job_spec.worker_pool_specs[1].replica_count == 2
+    assert plain.job_spec.scheduling.strategy == vertex.Scheduling.Strategy.SPOT

@@ -1,0 +1,197 @@
+"""The placement of an attempt, chosen where its SubmitAttempt is emitted.
+
+For a job with placements, `decide` calls `choose` on every action it returns, as it does for the
+checkpoint interval (`interval_choice`): the first time a SubmitAttempt that may create is seen
+for an attempt, the placement is chosen by `controller.core.placement.choose` and recorded on the
+attempt (`Attempt.placement`: the name, the reason and every figure compared); every later
+SubmitAttempt of that attempt (a retried or adopted submission) carries the recorded name, so a
+CustomJob always goes where the job's timeline says.
+
+What the choice reads, and where it comes from:
+- the placements, the objective, the deadline, the rate book's estimate per placement, the job's
+  checkpoint costs and where its checkpoint lives: the shell gathers them (`PlacementInputs`)
+  when a SubmitAttempt lacks its placement (`wanted`), as it does for the interval;
+- waits and speeds per placement: the job's own attempts, here (pure, from the state), each
+  weighted by `EVIDENCE_HALF_LIFE_SECONDS` of age so an old stockout or an old speed fades. A
+  speed belongs to the machines, not to the region: placements with the same pools (machine
+  type, accelerators, replicas) share one measured speed, so two regions of one shape are
+  compared by price and reclaims, not by the noise of two start-ups;
+- the placements that just refused the job (`refused`): the trailing run of attempts that ended
+  for capacity or quota before they ran. They are passed over at once; once an attempt has run,
+  the run is broken and every placement is eligible again, so a cheaper one that refused earlier
+  is tried again at the next attempt.
+
+When the choice is to wait for a placement that refused (`Choice.wait`: the others cost too
+much more), the new attempt's submission waits `capacity_retry_seconds`, as a refused attempt
+of a job without placements does.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+
+from controller.core.actions import Action, ScheduleWakeup, SubmitAttempt
+from controller.core.checkpoint_interval import RateEstimate
+from controller.core.classify import Ending
+from controller.core.model import Attempt, JobState, Phase
+from controller.core.placement import Choice, Evidence, JobCosts, Objective, Placement, Transfer, choose
+
+# Evidence from the job's own attempts (waits, speeds) counts half as much per this much age:
+# the same scale as the rate book's forgetting (`checkpoint_interval.DEFAULT_HALF_LIFE_SECONDS`).
+EVIDENCE_HALF_LIFE_SECONDS = 12 * 3600.0
+# The training left when no exit record has said the final step yet (units of the speed, i.e.
+# steps): only the deadline objective's finish estimate depends on it; a long job is assumed.
+DEFAULT_REMAINING_UNITS = 1e6
+
+
+@dataclass(frozen=True)
+class PlacementInputs:
+    """What the shell knows when a job with placements may submit an attempt."""
+
+    placements: tuple[Placement, ...]
+    objective: Objective
+    deadline_at: float | None  # epoch seconds (objective lowest-cost-under-deadline)
+    rates: dict[str, RateEstimate]  # by placement name; absent: the strategy's prior
+    costs: JobCosts  # C, W, R measured; remaining_units replaced from the state when known
+    transfer: Transfer  # where the latest checkpoint is (None: a multi- or dual-region root)
+
+
+def wanted(actions: Iterable[Action]) -> bool:
+    """Whether a SubmitAttempt that may create still lacks its placement."""
+    return any(isinstance(a, SubmitAttempt) and a.create_if_missing and a.placement is None for a in actions)
+
+
+def refused(state: JobState, before: int) -> frozenset[str]:
+    """Placements that refused the attempts just before attempt `before`: the trailing run of
+    attempts that ended for capacity or quota without running."""
+    names: set[str] = set()
+    for attempt in reversed([a for a in state.attempts if a.number < before]):
+        if attempt.ending is not Ending.CAPACITY or attempt.started_at is not None:
+            break
+        if attempt.placement is not None:
+            names.add(str(attempt.placement["chosen"]))
+    return frozenset(names)
+
+
+def evidence(state: JobState, now: float, shapes: dict[str, object] | None = None) -> dict[str, Evidence]:
+    """Waits and speeds each placement showed this job (rates come from the book: the shell).
+    `shapes`: placement name -> its machines; the speed of one is the speed of all its shape's."""
+    shapes = shapes or {}
+    waits: dict[str, list[tuple[float, float]]] = {}
+    speeds: dict[str, list[tuple[float, float]]] = {}
+    for attempt in state.attempts:
+        if attempt.placement is None:
+            continue
+        name = str(attempt.placement["chosen"])
+        weight = _weight(attempt, now)
+        asked = attempt.submitted_at if attempt.submitted_at is not None else attempt.intent_at
+        if attempt.started_at is not None:
+            waits.setdefault(name, []).append((weight, max(0.0, attempt.started_at - asked)))
+            speed = _speed(attempt)
+            if speed is not None:
+                speeds.setdefault(str(shapes.get(name, name)), []).append((weight, speed))
+        elif attempt.ended_at is not None:
+            # Refused (a stockout, quota): the time it waited, and no start to show for it.
+            waits.setdefault(name, []).append((weight, max(0.0, attempt.ended_at - asked)))
+    placed = {str(a.placement["chosen"]) for a in state.attempts if a.placement is not None}
+    names = placed | set(shapes)
+    return {
+        name: Evidence(
+            wait_seconds=_mean(waits.get(name)),
+            units_per_second=_mean(speeds.get(str(shapes.get(name, name)))),
+        )
+        for name in names
+    }
+
+
+def choose_placements(
+    state: JobState,
+    actions: list[Action],
+    inputs: PlacementInputs | None,
+    now: float,
+    retry_seconds: float,
+) -> tuple[JobState, list[Action]]:
+    out: list[Action] = []
+    for action in actions:
+        if isinstance(action, SubmitAttempt) and action.create_if_missing and state.placements:
+            state, placed = _placed(state, action, inputs, now, retry_seconds)
+            out.extend(placed)
+        elif isinstance(action, SubmitAttempt) and action.placement is None:
+            # A look-up that never creates (a cancel before the create was recorded) searches
+            # where its attempt was placed, so a CustomJob made there is found and stopped.
+            recorded = next((a.placement for a in state.attempts if a.number == action.attempt), None)
+            out.append(replace(action, placement=str(recorded["chosen"])) if recorded else action)
+        else:
+            out.append(action)
+    return state, out
+
+
+def _placed(
+    state: JobState, action: SubmitAttempt, inputs: PlacementInputs | None, now: float, retry_seconds: float
+) -> tuple[JobState, list[Action]]:
+    index = next((i for i, a in enumerate(state.attempts) if a.number == action.attempt), None)
+    if index is None:
+        return state, [action]
+    attempt = state.attempts[index]
+    if attempt.placement is None:
+        if inputs is None:
+            return state, [action]  # the shell gathers the inputs and decides again
+        choice = _choose(state, attempt, inputs, now)
+        attempts = list(state.attempts)
+        attempts[index] = attempt = replace(attempt, placement=choice.to_dict())
+        state = replace(state, attempts=tuple(attempts))
+        if choice.wait and state.phase is Phase.SUBMITTING and attempt.number == len(state.attempts):
+            # Waiting for the placement that refused: submit after the capacity backoff.
+            retry_at = now + retry_seconds
+            return replace(state, next_attempt_at=retry_at), [ScheduleWakeup(retry_at)]
+    assert attempt.placement is not None
+    return state, [replace(action, placement=str(attempt.placement["chosen"]))]
+
+
+def _choose(state: JobState, attempt: Attempt, inputs: PlacementInputs, now: float) -> Choice:
+    seen = evidence(state, now, {p.name: p.pools for p in inputs.placements})
+    per_placement = {
+        p.name: replace(seen.get(p.name, Evidence()), rates=inputs.rates.get(p.name))
+        for p in inputs.placements
+    }
+    costs = inputs.costs
+    if state.final_step is not None:
+        done = state.latest_checkpoint_step or 0
+        costs = replace(costs, remaining_units=float(max(1, state.final_step - done)))
+    deadline = None if inputs.deadline_at is None else max(0.0, inputs.deadline_at - now)
+    objective = inputs.objective
+    if objective is Objective.COST_UNDER_DEADLINE and deadline is None:
+        objective = Objective.LOWEST_COST
+    return choose(
+        inputs.placements,
+        per_placement,
+        costs,
+        inputs.transfer,
+        objective,
+        seconds_to_deadline=deadline,
+        refused=refused(state, attempt.number),
+    )
+
+
+def _speed(attempt: Attempt) -> float | None:
+    """Steps per second of an attempt that trained: steps committed over its time running (its
+    start-up included, which makes every measured placement a little slow, alike)."""
+    if attempt.started_at is None or attempt.ended_at is None or attempt.checkpoint_step_at_end is None:
+        return None
+    steps = attempt.checkpoint_step_at_end - (attempt.resume_from_step or 0)
+    seconds = attempt.ended_at - attempt.started_at
+    return steps / seconds if steps > 0 and seconds > 0 else None
+
+
+def _weight(attempt: Attempt, now: float) -> float:
+    at = attempt.ended_at if attempt.ended_at is not None else now
+    return math.pow(0.5, max(0.0, now - at) / EVIDENCE_HALF_LIFE_SECONDS)
+
+
+def _mean(pairs: list[tuple[float, float]] | None) -> float | None:
+    if not pairs:
+        return None
+    total = sum(w for w, _ in pairs)
+    return sum(w * v for w, v in pairs) / total if total > 0 else None
