@@ -100,7 +100,8 @@ class DevStack:
                     first_job_id=first_id + index * 10**12,
                     **self.vertex_options,
                 )
-                say(f"Vertex AI stand-in ({region}) listening on {self.vertices[region].host_port}")
+                where = f" ({region})" if len(self.regions) > 1 else ""
+                say(f"Vertex AI stand-in listening on {self.vertices[region].host_port}{where}")
             self.vertex = self.vertices[self.region]
             self.control = ControlServer(self, self.host, 0)
         except BaseException:
