@@ -248,28 +248,37 @@ def run_side(args) -> dict:
         client = _job_service(env)
         parent = f"projects/{env['GOOGLE_CLOUD_PROJECT']}/locations/{env['RELAUNCH_REGION']}"
         live_custom = _custom_job_json(client, live_name)
-        live_ids = [f"live-{i:05d}" for i in range(args.live - 1)]
-        names = _create_running(client, parent, [live_custom.replace("tmpl-live", j) for j in live_ids])
-        documents = [
-            (j, json.loads(live_text.replace(live_name, n).replace("tmpl-live", j)))
-            for j, n in zip(live_ids, names, strict=True)
-        ]
-        finished_ids = [f"done-{i:05d}" for i in range(args.jobs - args.live - 1)]
         finished_custom = _custom_job_json(client, done_name)
-        for start in range(0, len(finished_ids), 1000):
-            chunk = finished_ids[start : start + 1000]
-            customs = [json.loads(finished_custom.replace("tmpl-done", j)) for j in chunk]
-            seeded = _control(
-                control, "/seed_finished", {"custom_jobs": customs, "state": "JOB_STATE_SUCCEEDED"}
-            )
-            documents += [
-                (j, json.loads(done_text.replace(done_name, n).replace("tmpl-done", j)))
-                for j, n in zip(chunk, seeded["names"], strict=True)
-            ]
-        with ThreadPoolExecutor(16) as pool:
-            list(pool.map(lambda item: side.store.create(job_key(item[0]), item[1]), documents))
-        del documents
+        with ThreadPoolExecutor(16) as pool:  # documents written a thousand at a time: little memory held
+
+            def store(documents: list[tuple[str, dict]]) -> None:
+                list(pool.map(lambda item: side.store.create(job_key(item[0]), item[1]), documents))
+
+            live_ids = [f"live-{i:05d}" for i in range(args.live - 1)]
+            for start in range(0, len(live_ids), 1000):
+                chunk = live_ids[start : start + 1000]
+                names = _create_running(client, parent, [live_custom.replace("tmpl-live", j) for j in chunk])
+                store(
+                    [
+                        (j, json.loads(live_text.replace(live_name, n).replace("tmpl-live", j)))
+                        for j, n in zip(chunk, names, strict=True)
+                    ]
+                )
+            finished_ids = [f"done-{i:05d}" for i in range(args.jobs - args.live - 1)]
+            for start in range(0, len(finished_ids), 1000):
+                chunk = finished_ids[start : start + 1000]
+                customs = [json.loads(finished_custom.replace("tmpl-done", j)) for j in chunk]
+                seeded = _control(
+                    control, "/seed_finished", {"custom_jobs": customs, "state": "JOB_STATE_SUCCEEDED"}
+                )
+                store(
+                    [
+                        (j, json.loads(done_text.replace(done_name, n).replace("tmpl-done", j)))
+                        for j, n in zip(chunk, seeded["names"], strict=True)
+                    ]
+                )
         seed_seconds = time.monotonic() - seeding
+        Path("/proc/self/clear_refs").write_text("5")  # peak RSS from here on: the passes' own
 
         side.start_workers()
         times, vertex, gcs, gcs_reads = [], [], [], []

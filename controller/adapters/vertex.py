@@ -21,8 +21,6 @@ from typing import Any
 
 import grpc
 from google.api_core import exceptions as gexc
-from google.cloud import aiplatform_v1
-from google.cloud.aiplatform_v1.services.job_service.transports import JobServiceGrpcTransport
 from google.protobuf import field_mask_pb2
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
 
@@ -32,6 +30,7 @@ from controller.adapters.ratelimit import RateLimiter
 from controller.core import events as ev
 from controller.core.classify import ReplicaExit
 from controller.core.model import VERTEX_TERMINAL
+from controller.request.aiplatform import aiplatform_v1
 from controller.request.labels import ATTEMPT_LABEL, JOB_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE, labels_for
 from controller.settings import Settings
 from trainer import layout
@@ -196,6 +195,8 @@ def live_filter(labels: dict[str, str]) -> str:
 
 
 def make_client(settings: Settings) -> aiplatform_v1.JobServiceClient:
+    from google.cloud.aiplatform_v1.services.job_service.transports import JobServiceGrpcTransport
+
     if settings.vertex_endpoint:
         # A passed channel skips credential lookup: right for the plaintext devstack server.
         channel = grpc.insecure_channel(settings.vertex_endpoint)
@@ -216,7 +217,7 @@ class VertexBackend:
         retry_max_wait: float = 10.0,
     ):
         self.settings = settings
-        self.client = client or make_client(settings)
+        self._client = client
         self.parent = settings.vertex_parent
         self.timeout = settings.rpc_timeout_seconds
         self.creates = RateLimiter(settings.creates_per_minute)
@@ -227,6 +228,15 @@ class VertexBackend:
         self._retry_attempts = retry_attempts
         self._retry_max_wait = retry_max_wait
         self._live_listing_refused = False
+
+    @property
+    def client(self) -> aiplatform_v1.JobServiceClient:
+        """Made on first use, so that the Vertex API's import is off the path to ready (see
+        controller/request/aiplatform.py). Two callers that race here make two clients, one of
+        which is dropped: harmless, and cheaper than a lock on every call."""
+        if self._client is None:
+            self._client = make_client(self.settings)
+        return self._client
 
     # --- plumbing -----------------------------------------------------------------------
     def _retrying(self, retry_on: tuple[type[Exception], ...]) -> Retrying:
