@@ -280,6 +280,16 @@ def run_side(args) -> dict:
         seed_seconds = time.monotonic() - seeding
         Path("/proc/self/clear_refs").write_text("5")  # peak RSS from here on: the passes' own
 
+        if args.profile:  # a pass before the timed ones, served on this thread, under cProfile (stderr)
+            import cProfile
+            import pstats
+
+            side.engine.run_pass() if side.queued else side.engine.reconcile()  # requests parsed once
+            profiler = cProfile.Profile()
+            profiler.runcall(side.engine.run_pass if side.queued else side.engine.reconcile)
+            stats = pstats.Stats(profiler, stream=sys.stderr).sort_stats("cumulative")
+            stats.print_stats(45)
+            stats.print_callers("from_dict|observed_event")
         side.start_workers()
         times, vertex, gcs, gcs_reads = [], [], [], []
         for _ in range(args.passes):
@@ -340,7 +350,8 @@ def main() -> int:
     parser.add_argument("--stores", nargs="+", choices=["sqlite", "gcs"], default=["sqlite", "gcs"])
     parser.add_argument("--old", type=Path, default=None, help="a checkout of the older commit")
     parser.add_argument("--passes", type=int, default=4, help="passes timed (the first is reported apart)")
-    parser.add_argument("--side", type=Path, help=argparse.SUPPRESS)  # internal: run one tree here
+    parser.add_argument("--profile", action="store_true", help="with --side: profile one more pass")
+    parser.add_argument("--side", type=Path, help="run one tree's controller in this process, print JSON")
     parser.add_argument("--store", choices=["sqlite", "gcs"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.side is not None:
