@@ -44,6 +44,12 @@ def _status_kb(field: str) -> int:
     return 0
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds a process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _control(url: str, path: str, body: dict | None = None) -> dict:
     data = None if body is None else json.dumps(body).encode()
     req = urllib.request.Request(url + path, data=data, method="GET" if body is None else "POST")
@@ -291,10 +297,13 @@ def run_side(args) -> dict:
             stats.print_stats(45)
             stats.print_callers("from_dict|observed_event")
         side.start_workers()
-        times, vertex, gcs, gcs_reads = [], [], [], []
+        times, vertex, gcs, gcs_reads, cpu_ours, cpu_stand_in = [], [], [], [], [], []
         for _ in range(args.passes):
             _control(control, "/calls", {"reset": True})
+            ours, stand_in = _cpu_seconds(os.getpid()), _cpu_seconds(devstack.pid)
             times.append(side.one_pass())
+            cpu_ours.append(_cpu_seconds(os.getpid()) - ours)
+            cpu_stand_in.append(_cpu_seconds(devstack.pid) - stand_in)
             counts = _control(control, "/calls")
             vertex.append(counts["vertex"])
             gcs.append(sum(counts["gcs"].values()))
@@ -305,6 +314,10 @@ def run_side(args) -> dict:
             "seed_s": seed_seconds,
             "first_s": times[0],
             "pass_s": statistics.median(times[1:] or times),
+            # CPU seconds a pass costs the controller's process and devstack's (which shares the
+            # cores here, and serves every listing and probe): less sensitive to load than time.
+            "cpu_s": statistics.median(cpu_ours[1:] or cpu_ours),
+            "devstack_cpu_s": statistics.median(cpu_stand_in[1:] or cpu_stand_in),
             "vertex": vertex[-1],
             "gcs": gcs[-1],
             "gcs_reads": gcs_reads[-1],
@@ -376,14 +389,14 @@ def main() -> int:
     print(
         f"{args.jobs} jobs, {args.live} live; {args.passes} passes (first apart); load = 1-min average at the end"
     )
-    head = (
-        f"{'store':6} {'tree':9} {'1st pass s':>10} {'pass s':>7} {'Vertex calls/pass':<28} {'GCS calls':>9}"
-    )
+    head = f"{'store':6} {'tree':9} {'1st pass s':>10} {'pass s':>7} {'CPU s':>6} {'devstack CPU s':>14}"
+    head += f" {'Vertex calls/pass':<28} {'GCS calls':>9}"
     print(head + f" {'GCS reads':>9} {'RSS MB':>7} {'peak MB':>7} {'seed s':>7} {'load':>5}")
     for store, label, f in rows:
         calls = ", ".join(f"{k} {v}" for k, v in sorted(f["vertex"].items())) or "-"
         print(
-            f"{store:6} {label:9} {f['first_s']:>10.3f} {f['pass_s']:>7.3f} {calls:<28} {f['gcs']:>9} "
+            f"{store:6} {label:9} {f['first_s']:>10.3f} {f['pass_s']:>7.3f} {f['cpu_s']:>6.2f} "
+            f"{f['devstack_cpu_s']:>14.2f} {calls:<28} {f['gcs']:>9} "
             f"{f['gcs_reads']:>9} {f['rss_mb']:>7.0f} {f['peak_rss_mb']:>7.0f} {f['seed_s']:>7.0f} {f['load']:>5.1f}"
         )
     print()
