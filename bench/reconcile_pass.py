@@ -224,7 +224,6 @@ def main() -> int:
         from google.auth.credentials import AnonymousCredentials
         from google.cloud import storage
 
-        from controller.service.intake import Intake
         from controller.store.keys import job_key
 
         storage.Client(project=env["GOOGLE_CLOUD_PROJECT"], credentials=AnonymousCredentials()).create_bucket(
@@ -232,7 +231,7 @@ def main() -> int:
         )
         control = Control(env["RELAUNCH_DEVSTACK_CONTROL"])
         engine = build_engine(args, env, workdir)
-        intake = Intake(engine)
+        intake = engine.intake()
 
         # One job that really runs and finishes: the template of the history.
         intake.accept(request_body("tmpl-job", run_seconds="0"), {})

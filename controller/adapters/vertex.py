@@ -21,8 +21,6 @@ from typing import Any
 
 import grpc
 from google.api_core import exceptions as gexc
-from google.cloud import aiplatform_v1
-from google.cloud.aiplatform_v1.services.job_service.transports import JobServiceGrpcTransport
 from google.protobuf import field_mask_pb2
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
 
@@ -32,6 +30,7 @@ from controller.adapters.ratelimit import RateLimiter
 from controller.core import events as ev
 from controller.core.classify import ReplicaExit
 from controller.core.model import VERTEX_TERMINAL
+from controller.request.aiplatform import aiplatform_v1
 from controller.request.labels import ATTEMPT_LABEL, JOB_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE, labels_for
 from controller.settings import Settings
 from trainer import layout
@@ -87,6 +86,16 @@ def timestamp_seconds(value: Any) -> float | None:
     return seconds if seconds > 0 else None
 
 
+def _raw_seconds(raw: Any, field: str) -> float | None:
+    """A Timestamp field of a raw message as epoch seconds (the same float as `timestamp_seconds`
+    of the wrapper's datetime: whole microseconds); None when unset."""
+    if not raw.HasField(field):
+        return None
+    stamp = getattr(raw, field)
+    seconds = (stamp.seconds * 10**6 + stamp.nanos // 1000) / 10**6
+    return seconds if seconds > 0 else None
+
+
 def is_spot(job: aiplatform_v1.CustomJob) -> bool:
     """Whether the CustomJob runs on Spot VMs, the only ones Vertex reclaims."""
     return job.job_spec.scheduling.strategy == aiplatform_v1.Scheduling.Strategy.SPOT
@@ -102,16 +111,19 @@ def observed_event(
 ) -> ev.VertexObserved:
     """What the decision core needs to know of one CustomJob read from Vertex (and, once it has
     ended, of the trainer's exit records for it: the chief's and every replica's)."""
+    # Read from the protobuf message under the proto-plus wrapper: every field read through the
+    # wrapper converts (a tenth of a millisecond here), and a pass makes one of these per live job.
+    raw = aiplatform_v1.CustomJob.pb(job)
     return ev.VertexObserved(
         attempt=attempt,
-        vertex_name=job.name,
-        vertex_state=vertex_state_name(job),
-        error_code=job.error.code if job.error else 0,
-        error_message=job.error.message if job.error else "",
-        start_time=timestamp_seconds(job.start_time),
-        end_time=timestamp_seconds(job.end_time),
+        vertex_name=raw.name,
+        vertex_state=aiplatform_v1.JobState(raw.state).name.removeprefix("JOB_STATE_"),
+        error_code=raw.error.code,  # 0 and "" when the job has no error, as unset fields read
+        error_message=raw.error.message,
+        start_time=_raw_seconds(raw, "start_time"),
+        end_time=_raw_seconds(raw, "end_time"),
         exit_reason=exit_record.reason if exit_record else None,
-        spot=is_spot(job),
+        spot=raw.job_spec.scheduling.strategy == aiplatform_v1.Scheduling.Strategy.SPOT,
         checkpoint_root=exit_record.checkpoint_root if exit_record else None,
         steps_lost=exit_record.steps_lost if exit_record else None,
         progress_unknown=progress_unknown,
@@ -199,6 +211,8 @@ def make_client(settings: Settings, region: str | None = None) -> aiplatform_v1.
     """A JobService client for `region` (default RELAUNCH_REGION): Vertex AI is regional, each
     region has its own endpoint, REGION-aiplatform.googleapis.com
     (https://cloud.google.com/vertex-ai/docs/reference/rest#service-endpoint)."""
+    from google.cloud.aiplatform_v1.services.job_service.transports import JobServiceGrpcTransport
+
     region = region or settings.region
     endpoint = settings.vertex_endpoint_for(region)
     if endpoint:
@@ -227,10 +241,12 @@ class VertexBackend:
         retry_max_wait: float = 10.0,
     ):
         self.settings = settings
-        self.client = client or make_client(settings)
         self.parent = settings.vertex_parent
-        # One client per region a placement uses (RELAUNCH_REGION's is `client`), made on first use.
-        self._clients: dict[str, aiplatform_v1.JobServiceClient] = {settings.region: self.client}
+        # One client per region a placement uses (RELAUNCH_REGION's is `client`), each made on
+        # first use, so that the Vertex API's import is off the path to ready.
+        self._clients: dict[str, aiplatform_v1.JobServiceClient] = {}
+        if client is not None:
+            self._clients[settings.region] = client
         self.timeout = settings.rpc_timeout_seconds
         self.creates = RateLimiter(settings.creates_per_minute)
         # Which job takes the next create slot (oldest ready first); it never blocks a caller.
@@ -240,6 +256,13 @@ class VertexBackend:
         self._retry_attempts = retry_attempts
         self._retry_max_wait = retry_max_wait
         self._live_listing_refused = False
+
+    @property
+    def client(self) -> aiplatform_v1.JobServiceClient:
+        """Made on first use, so that the Vertex API's import is off the path to ready (see
+        controller/request/aiplatform.py). Two callers that race here make two clients, one of
+        which is dropped: harmless, and cheaper than a lock on every call."""
+        return self.client_for(None)
 
     # --- plumbing -----------------------------------------------------------------------
     def _retrying(self, retry_on: tuple[type[Exception], ...]) -> Retrying:

@@ -9,9 +9,8 @@ GPU worker pool behind a CPU chief gets the first pool that has an accelerator.
 
 from __future__ import annotations
 
-from google.cloud import aiplatform_v1 as vertex
-
 from controller.core.checkpoint_interval import CapacityClass
+from controller.request.aiplatform import aiplatform_v1 as vertex
 
 
 def capacity_class(job: vertex.CustomJob, region: str) -> CapacityClass:

@@ -6,10 +6,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from google.cloud import aiplatform_v1 as vertex
 from google.protobuf import json_format, message_factory
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
+from controller.request.aiplatform import aiplatform_v1 as vertex
 from controller.request.fields import unknown_field_reason
 from controller.request.limits import MAX_USER_ENV, RELAUNCH_ENV_NAMES, VERTEX_MAX_ENV
 from controller.request.problems import Problem, format_path, kind_of, short_repr

@@ -31,11 +31,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from google.cloud import aiplatform_v1 as vertex
 from google.protobuf import duration_pb2, json_format
 
 from controller.core.placement import Placement
 from controller.request import RELAUNCH_ENV_NAMES, JobRequest
+from controller.request.aiplatform import aiplatform_v1 as vertex
 from controller.request.labels import labels_for
 from controller.request.limits import EXPLICIT_SCHEDULING_FIELDS
 from trainer.layout import CHECKPOINT_INTERVAL_ENV

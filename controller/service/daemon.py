@@ -129,7 +129,7 @@ class Controller(HttpFacade):
             self.store,
             settings,
             self.alerts,
-            enqueue=self.queue.add,
+            enqueue=self.sources.enqueue,
             remember=self.reconciler.remember_request,
             clock=clock,
             metrics=self.metrics,

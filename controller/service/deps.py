@@ -11,7 +11,7 @@ from controller.core.decide import CoreConfig
 from controller.core.model import JobState
 from controller.service.alerts import AlertSink
 from controller.settings import Settings
-from controller.store import StateStore
+from controller.store import StateStore, Versioned
 
 # An observer of one stored transition: (state before, state after, the document written).
 Transition = Callable[[JobState, JobState, dict[str, Any]], None]
@@ -19,6 +19,16 @@ Transition = Callable[[JobState, JobState, dict[str, Any]], None]
 
 class Deposed(RuntimeError):
     """This controller is not the leader any more (lease ran out, or a write was fenced)."""
+
+
+@dataclass(frozen=True)
+class Listed:
+    """What the periodic pass just listed about one live job, handed to that job's next look so
+    that it reads nothing the pass already read (`service.sources`, "the pass's snapshot")."""
+
+    record: Versioned  # the job's document as the store listed it
+    cancel_recorded: bool  # whether a cancel for it was among the listed cancel records
+    probe: bool = False  # the pass picked it for a progress probe (its checkpoint root is listed)
 
 
 @dataclass

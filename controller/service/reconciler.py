@@ -23,7 +23,6 @@ told (the daemon steps down) and the look ends: the new leader re-derives it fro
 from __future__ import annotations
 
 import random
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -47,14 +46,14 @@ from controller.core.actions import (
 from controller.core.decide import decide, pending_alerts
 from controller.core.interval_choice import IntervalInputs
 from controller.core.interval_choice import wanted as interval_wanted
-from controller.core.model import JobState
+from controller.core.model import JobState, Phase
 from controller.core.placement_choice import PlacementInputs
 from controller.core.placement_choice import wanted as placement_wanted
 from controller.jobrecord import JobRecord
 from controller.readmodel.jobs import TIMELINE_LIMIT, transition_entries
 from controller.request import JobRequest, parse_request
 from controller.service.alerts import unreadable_checkpoints_alert
-from controller.service.deps import Dependencies, Deposed, Transition, core_config
+from controller.service.deps import Dependencies, Deposed, Listed, Transition, core_config
 from controller.service.interval import IntervalKeeper
 from controller.service.placing import placement_inputs
 from controller.service.reconcile_ledger import LedgerSteps
@@ -102,16 +101,13 @@ class Reconciler(LedgerSteps, ProbeSteps):
         # Observers of every stored transition (metrics, the hint index): they read, never write.
         self.on_transition: list[Transition] = [*deps.on_transition]
         self._requests: dict[str, JobRequest] = {}  # parsed requests of live jobs
-        self._probe_wanted: set[str] = set()  # running jobs the pass picked for a progress probe
-        # Stays: the pass's worker adds to the set, other jobs' workers take from it (one key each,
-        # but one set): an in-memory set shared across threads; it never guards job state.
-        self._probe_lock = threading.Lock()
 
     # ==== the door ===========================================================================
-    def reconcile(self, job_id: str) -> float | None:
-        """Look at one job; the seconds until it wants another look, or None."""
+    def reconcile(self, job_id: str, listed: Listed | None = None) -> float | None:
+        """Look at one job; the seconds until it wants another look, or None. `listed`: what the
+        periodic pass just read of it (then the look starts from that, reading nothing again)."""
         try:
-            return self._reconcile(job_id)
+            return self._reconcile(job_id, listed)
         except Fenced as error:
             self._deposed(f"state write refused: {error}")
         except LeaseNotHeld as error:
@@ -120,15 +116,16 @@ class Reconciler(LedgerSteps, ProbeSteps):
             pass
         return None
 
-    def _reconcile(self, job_id: str) -> float | None:
-        record = self.store.get(job_key(job_id))
+    def _reconcile(self, job_id: str, listed: Listed | None) -> float | None:
+        record = listed.record if listed is not None else self.store.get(job_key(job_id))
         if record is None:
             return None
         state = JobRecord.from_dict(record.document).state
         if state.phase.terminal:
             self._after_the_end(job_id, state, record.document)
             return None
-        facts, observed = self._facts(state)
+        self._request(job_id, record.document)  # parsed from the record at hand, not read again
+        facts, observed = self._facts(state, listed)
         for look in range(2):  # the first decides from the record just read (a stale one fails the CAS)
             state, actions = self._decide_and_write(job_id, facts, record if look == 0 else None)
             decided = {a.outbox_id for a in actions if isinstance(a, RaiseAlert | ResolveAlert)}
@@ -146,10 +143,12 @@ class Reconciler(LedgerSteps, ProbeSteps):
             return None
         return None if wake is None else max(0.0, wake - self.clock())
 
-    def _facts(self, state: JobState) -> tuple[list[ev.Event], int | None]:
+    def _facts(self, state: JobState, listed: Listed | None) -> tuple[list[ev.Event], int | None]:
         """What is true of the job now, for the core (and which attempt was read from Vertex)."""
         facts: list[ev.Event] = []
-        if not state.cancel_requested and self.store.get(cancel_key(state.job_id)) is not None:
+        if not state.cancel_requested and (
+            listed.cancel_recorded if listed else self.store.get(cancel_key(state.job_id)) is not None
+        ):
             facts.append(ev.CancelRequested())
         current, observed = state.current, None
         recorded = current.vertex_name if current is not None else None
@@ -157,7 +156,7 @@ class Reconciler(LedgerSteps, ProbeSteps):
             _, attempt = job_labels(job)
             if attempt is not None:  # a CustomJob the store has not recorded: adopt or cancel it
                 facts.append(observed_event(job, attempt))
-        if self._probe_due(state):  # a running job's progress, now and then
+        if listed and listed.probe and state.phase is Phase.RUNNING:  # its progress, now and then
             facts += self._probe(state)
         if current is not None and current.vertex_name is not None and not current.ended:
             facts += self._observe(state, current.vertex_name, current.number)
@@ -359,14 +358,16 @@ class Reconciler(LedgerSteps, ProbeSteps):
         kind, severity, summary, details = unreadable_checkpoints_alert(job_id, error)
         self._alert(kind, severity, summary, job_id=job_id, attempt=attempt, details=details)
 
-    def _request(self, job_id: str) -> JobRequest:
+    def _request(self, job_id: str, document: dict[str, Any] | None = None) -> JobRequest:
         request = self._requests.get(job_id)
         if request is None:
-            record = self.store.get(job_key(job_id))
-            if record is None:
-                raise Deposed(f"{job_id}: its record vanished")
+            if document is None:
+                record = self.store.get(job_key(job_id))
+                if record is None:
+                    raise Deposed(f"{job_id}: its record vanished")
+                document = record.document
             parsed = parse_request(
-                JobRecord.from_dict(record.document).request,
+                JobRecord.from_dict(document).request,
                 allow_local_checkpoints=self.settings.allow_local_checkpoints,
             )
             assert isinstance(parsed, JobRequest)  # a stored job's request, never a cancel

@@ -11,7 +11,20 @@ enqueues it, and `reconcile(job_id)` reads the truth for itself:
     so a recovery never waits for it and no two passes overlap): every live CustomJob listed
     (state filter, read mask) and every live job in the store is enqueued; the jobs whose
     outboxes may hold an unsent alert once per leadership; and the gauges move one step;
-  - the intake and the push endpoint enqueue the job they recorded (`service.intake`).
+  - the intake and the push endpoint enqueue the job they recorded (`service.intake`), through
+    `enqueue`.
+
+The pass's snapshot: what the pass listed (each live job's document, whether a cancel is recorded
+for it, whether it is due for a progress probe) is handed to that job's next look (`serve`), so
+a pass reads each live job once, in its listing, and a look it caused reads nothing again: a
+pass costs one store listing of jobs and one of cancels, one Vertex listing, and the probes,
+however many live jobs there are. A snapshot entry is only good while nothing newer can exist:
+every write of a job by this controller (a transition) and every enqueue for a reason of its own
+(a request, a cancel, a Vertex event) drops the job's entry, and one that happens while the
+pass lists keeps the entry from being taken at all; then the look reads the store as usual.
+Writes by any other controller are refused by the fence the leader raised before its first pass.
+The looks themselves run on the queue's workers, so the probes run at most `reconcile_workers`
+at a time without a pool of their own.
 """
 
 from __future__ import annotations
@@ -25,9 +38,10 @@ from controller.adapters.pubsub import UnreadableHint, vertex_job_id_from_log_en
 from controller.adapters.vertex import job_labels
 from controller.core.model import JobState, Phase
 from controller.jobrecord import JobSummary
+from controller.service.deps import Listed
 from controller.service.reconciler import Reconciler
 from controller.service.workqueue import WorkQueue
-from controller.store.keys import JOBS_PREFIX
+from controller.store.keys import CANCELS_PREFIX, JOBS_PREFIX
 
 log = logs.get("relaunch.sources")
 
@@ -53,11 +67,14 @@ class Sources:
         self.health = health
         self.gauges = gauges
         self.on_unreadable = on_unreadable
-        # Stays: the CustomJob-id index is written by every queue worker's transitions and by the
-        # pass, and read by the event callbacks: an in-memory map shared across threads.
+        # Stays: the CustomJob-id index and the pass's snapshot are written by every queue worker's
+        # transitions and by the pass, and read by the event callbacks and the workers: in-memory
+        # maps shared across threads.
         self._lock = threading.Lock()
         self._job_of: dict[str, str] = {}  # CustomJob id -> job id, for the live jobs' attempts
         self._added_during_pass: dict[str, str] = {}
+        self._listed: dict[str, Listed] = {}  # the pass's snapshot, one entry per live job, taken once
+        self._touched_during_pass: set[str] | None = None  # jobs changed since the pass began listing
         self._index_built = False
         self._outboxes_swept_for: int | None = None
         self._pass_started: float | None = None
@@ -70,7 +87,21 @@ class Sources:
             return self.run_pass()
         if not self.is_leader():
             return None
-        return self.reconciler.reconcile(key)
+        with self._lock:
+            listed = self._listed.pop(key, None)
+        return self.reconciler.reconcile(key, listed)
+
+    def enqueue(self, job_id: str) -> bool:
+        """A look at the job for a reason of its own (its request or cancel recorded, a Vertex
+        event): that look reads the store, since the pass's copy may predate the reason."""
+        self._touched(job_id)
+        return self.queue.add(job_id)
+
+    def _touched(self, job_id: str) -> None:
+        with self._lock:
+            self._listed.pop(job_id, None)
+            if self._touched_during_pass is not None:
+                self._touched_during_pass.add(job_id)
 
     # --- Vertex events ---------------------------------------------------------------------------
     def on_hint(self, vertex_job_id: str) -> None:
@@ -88,7 +119,7 @@ class Sources:
                 return
         for name in names:
             self.reconciler.observer.forget(name)  # the listing's copy predates this event
-        self.queue.add(job_id)
+        self.enqueue(job_id)
 
     def on_event_message(self, message: Any) -> None:
         """The events subscription's callback: a Cloud Logging entry about a CustomJob."""
@@ -112,6 +143,7 @@ class Sources:
         message.ack()
 
     def _job_changed(self, old: JobState, new: JobState, document: dict[str, Any]) -> None:
+        self._touched(new.job_id)
         with self._lock:
             for attempt in new.attempts:
                 if attempt.vertex_name:
@@ -146,9 +178,27 @@ class Sources:
         self.reconciler.observer.remember_listing(listed)
         with self._lock:
             self._added_during_pass = {}
-        records = list(self.reconciler.store.list_live(JOBS_PREFIX))
+            self._touched_during_pass = set()
+        try:
+            records = list(self.reconciler.store.list_live(JOBS_PREFIX))
+            cancelled = {
+                r.key.removeprefix(CANCELS_PREFIX) for r in self.reconciler.store.list(CANCELS_PREFIX)
+            }
+        except Exception:
+            with self._lock:
+                self._touched_during_pass = None
+            raise
         jobs = [JobSummary.of(r.document) for r in records]
-        self.reconciler.probe_on_next_look(self._due_for_probe(jobs))
+        probe = self._due_for_probe(jobs)
+        snapshot = {
+            job.job_id: Listed(record, job.job_id in cancelled, job.job_id in probe)
+            for record, job in zip(records, jobs, strict=True)
+            if not job.terminal  # a finished one kept live for its ledger: its look reads the store
+        }
+        with self._lock:
+            for job_id in self._touched_during_pass or ():
+                snapshot.pop(job_id, None)  # changed while the pass listed: its copy may be older
+            self._listed, self._touched_during_pass = snapshot, None
         job_of: dict[str, str] = {}
         for job in jobs:
             for vertex_name in job.vertex_names:
@@ -213,5 +263,6 @@ class Sources:
         """A controller that stops leading: the next leadership builds the index again."""
         with self._lock:
             self._job_of.clear()
+            self._listed.clear()
             self._index_built = False
         self._outboxes_swept_for = None

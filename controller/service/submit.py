@@ -15,7 +15,6 @@ from collections.abc import Callable
 from typing import Any
 
 from google.api_core import exceptions as gexc
-from google.cloud import aiplatform_v1
 
 from controller import logs
 from controller.adapters.vertex import CreateQuotaExceeded, SubmitRejected, VertexBackend
@@ -23,6 +22,7 @@ from controller.core import events as ev
 from controller.core.actions import SubmitAttempt
 from controller.core.model import JobState
 from controller.request import JobRequest
+from controller.request.aiplatform import aiplatform_v1
 from controller.request.render import build_custom_job, placement_named
 
 log = logs.get("relaunch.submit")

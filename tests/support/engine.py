@@ -95,7 +95,7 @@ class LocalController:
             self.store,
             self.settings,
             self.alerts,
-            enqueue=self.queue.add,
+            enqueue=self.sources.enqueue,
             remember=r.remember_request,
             clock=r.clock,
             metrics=r.metrics,

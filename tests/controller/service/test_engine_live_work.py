@@ -31,7 +31,7 @@ ENDED = {
 }
 
 
-def gcs_store_engine(devstack, bucket: str, alerts_topic) -> LocalController:
+def gcs_store_engine(devstack, bucket: str, alerts_topic, **overrides) -> LocalController:
     """An engine whose state lives in GCS (devstack's), beside the jobs' checkpoints."""
     settings = Settings(
         vertex_endpoint=devstack.vertex.host_port,
@@ -40,6 +40,7 @@ def gcs_store_engine(devstack, bucket: str, alerts_topic) -> LocalController:
         reconcile_seconds=1,
         submit_retry_seconds=0.5,
         error_recheck_seconds=0.5,
+        **overrides,
     )
     deps = Dependencies(
         store=GcsStateStore(bucket, "state"),
