@@ -20,9 +20,11 @@ class Narrator:
     """Progress lines with the time since the demo started; a heartbeat thread prints what the
     demo is waiting for whenever nothing was printed for QUIET_SECONDS."""
 
-    def __init__(self, out: TextIO = sys.stdout) -> None:
+    def __init__(self, out: TextIO | None = None) -> None:
         self.t0 = time.monotonic()
-        self.out = out
+        # Looked up now, not when this module was imported: the stream may have been replaced
+        # since (a test capturing output, a caller redirecting it).
+        self.out = out if out is not None else sys.stdout
         self._lock = threading.Lock()
         self._last = self.t0
         self._activity: Callable[[], str] | None = None

@@ -13,10 +13,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from google.cloud.aiplatform_v1 import AcceleratorType
 from pydantic import Field, ValidationError, field_validator
 
 from controller.core.placement import Objective, Placement, Pool
+from controller.request.aiplatform import aiplatform_v1
 from controller.request.fields import _Strict, parse_duration, problems_from_pydantic
 from controller.request.problems import Problem
 
@@ -37,7 +37,7 @@ class PoolModel(_Strict):
     @classmethod
     def _known_accelerator(cls, value: str) -> str:
         # The name the CustomJob is rendered with (aiplatform_v1 AcceleratorType).
-        if value and value not in AcceleratorType.__members__:
+        if value and value not in aiplatform_v1.AcceleratorType.__members__:
             raise ValueError(f"is not a Vertex AI accelerator type such as NVIDIA_H100_80GB (got {value!r})")
         return value
 
