@@ -12,6 +12,14 @@ Intake needs no leadership. Every record it writes is an unfenced, create-only w
 cancel, a rejection), so any instance, leader or standby, may take a delivery and record it, and
 a delivery seen twice records nothing twice. The leader acts on what is recorded.
 
+A job request claims its checkpoint root (ownership.py) and then creates its record, reading
+nothing first: a new job costs two create-only writes and the claim's neighbour reads. A
+duplicate or a conflict shows itself as a refused create (or a refused claim), and only then is
+the job's record read. A conflicting request for a job whose root is another withdraws the claim
+it made on its way, and so does its redelivery if a crash came in between: a claim naming a job
+on a root that is not the job's own backs nothing. A crash between the claim and the record
+leaves the claim alone, and the redelivery finds it its own and records the job.
+
 A cancel is recorded under `cancels/{job}` whether or not the job exists yet. Every reconcile of
 a job reads its cancel record as one of the facts the core decides on, so a job whose cancel
 came first is cancelled on its first look (no Vertex job is ever made), and no cancel is lost to
