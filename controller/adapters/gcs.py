@@ -8,6 +8,7 @@ one policy, this one, and it never retries a 412/404/400: those are answers, not
 from __future__ import annotations
 
 import os
+import urllib.request
 import uuid
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -73,7 +74,23 @@ def make_client(project: str | None = None) -> Any:
     adapter = requests.adapters.HTTPAdapter(pool_maxsize=POOL_CONNECTIONS)
     for scheme in ("https://", "http://"):
         client._http.mount(scheme, adapter)  # the client's own (authorized) session
+    if not _environment_settings():
+        # Nothing in the environment for requests to apply: it would still scan every variable
+        # (proxies) and stat ~/.netrc on each call, a fifth of a state-store call's CPU.
+        client._http.trust_env = False
     return client
+
+
+# What requests takes from the environment on every call when `trust_env` is on: proxies (and
+# their exclusions) and a CA bundle; ~/.netrc never applies, the session sends its own token.
+_REQUESTS_ENVIRONMENT = ("REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE")
+
+
+def _environment_settings() -> bool:
+    """Whether the environment sets anything requests would apply to a call."""
+    return bool(urllib.request.getproxies_environment()) or any(
+        os.environ.get(name) for name in _REQUESTS_ENVIRONMENT
+    )
 
 
 def is_transient(exc: BaseException) -> bool:

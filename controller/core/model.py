@@ -213,10 +213,22 @@ class JobState:
 def _plain(value: Any) -> Any:
     """What `dataclasses.asdict` makes of a value (dataclasses to dicts, containers copied),
     at a fraction of its cost: every write of a job serialises its whole state."""
-    if is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
+    kind = type(value)
+    if kind in _LEAVES:
+        return value
+    names = _FIELD_NAMES.get(kind)
+    if names is None and is_dataclass(value) and not isinstance(value, type):
+        names = _FIELD_NAMES[kind] = tuple(f.name for f in fields(value))
+    if names is not None:
+        return {name: _plain(getattr(value, name)) for name in names}
     if isinstance(value, (list, tuple)):
-        return type(value)(_plain(item) for item in value)
+        return kind(_plain(item) for item in value)
     if isinstance(value, dict):
         return {_plain(key): _plain(item) for key, item in value.items()}
-    return value  # str, int, float, bool, None, enums: immutable, shared as asdict's copy would be
+    return value  # enums and the like: immutable, shared as asdict's copy would be
+
+
+# The field names of each dataclass met so far (`dataclasses.fields` is slow to ask every time),
+# and the types that are returned as they are without a look.
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+_LEAVES = frozenset({str, int, float, bool, type(None)})

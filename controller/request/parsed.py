@@ -99,10 +99,12 @@ class JobRequest:
         document["labels"] = dict(sorted(self.labels.items()))
         return document
 
-    def fingerprint(self) -> str:
+    def fingerprint(self, canonical_form: dict | None = None) -> str:
         """sha256 of the canonical JSON: equal for the same request however it was spelled
-        (key order, defaults written out or not), different when anything meaningful changes."""
-        canonical = json.dumps(self.to_json(), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        (key order, defaults written out or not), different when anything meaningful changes.
+        `canonical_form`: this request's `to_json()`, when the caller has made it already."""
+        document = self.to_json() if canonical_form is None else canonical_form
+        canonical = json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
         return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 

@@ -12,6 +12,14 @@ Intake needs no leadership. Every record it writes is an unfenced, create-only w
 cancel, a rejection), so any instance, leader or standby, may take a delivery and record it, and
 a delivery seen twice records nothing twice. The leader acts on what is recorded.
 
+A job request claims its checkpoint root (ownership.py) and then creates its record, reading
+nothing first: a new job costs two create-only writes and the claim's neighbour reads. A
+duplicate or a conflict shows itself as a refused create (or a refused claim), and only then is
+the job's record read. A conflicting request for a job whose root is another withdraws the claim
+it made on its way, and so does its redelivery if a crash came in between: a claim naming a job
+on a root that is not the job's own backs nothing. A crash between the claim and the record
+leaves the claim alone, and the redelivery finds it its own and records the job.
+
 A cancel is recorded under `cancels/{job}` whether or not the job exists yet. Every reconcile of
 a job reads its cancel record as one of the facts the core decides on, so a job whose cancel
 came first is cancelled on its first look (no Vertex job is ever made), and no cancel is lost to
@@ -34,9 +42,9 @@ from controller.readmodel.jobs import entry
 from controller.request import CancelRequest, JobRequest, RequestInvalid, parse_request
 from controller.request.nesting import nests_too_deeply
 from controller.service.alerts import AlertSink
-from controller.service.ownership import claim_checkpoint_root
+from controller.service.ownership import claim_checkpoint_root, release_checkpoint_root, root_of
 from controller.settings import Settings
-from controller.store import AlreadyExists, StateStore
+from controller.store import AlreadyExists, StateStore, Versioned
 from controller.store.keys import cancel_key, job_key, rejected_key_for_payload
 
 log = logs.get("relaunch.intake")
@@ -99,35 +107,53 @@ class Intake:
         if isinstance(request, CancelRequest):
             return self._record_cancel(request.job_id)
 
-        fingerprint = request.fingerprint()
-        existing = self.store.get(job_key(request.job_id))
-        if existing is None:
-            # Unfenced like every intake record: any instance may claim, leader or not.
-            refusal = claim_checkpoint_root(self.store, request.job_id, request.checkpoint_uri, settings)
-            if refusal is not None:
+        canonical = request.to_json()
+        fingerprint = request.fingerprint(canonical)
+        # The claim first, then the job: a new job (the common case) costs no read of a record
+        # that is not there; a duplicate or a conflict is told apart by the create's refusal.
+        # Unfenced like every intake record: any instance may claim, leader or not.
+        refusal = claim_checkpoint_root(self.store, request.job_id, request.checkpoint_uri, settings)
+        if refusal is not None:
+            existing = self.store.get(job_key(request.job_id))
+            if existing is None:
                 return self._reject(data, refusal.status, refusal.reason, request.job_id)
-            now = self.clock()
-            state = new_job(
-                request.job_id,
-                request.restart_policy,
-                now,
-                request.elastic,
-                tuple(p.name for p in request.placements),
-            )
-            timeline = [entry(now, 0, "request accepted")]
-            document = JobRecord(request.to_json(), fingerprint, state, tuple(timeline)).to_dict()
-            try:
-                # Unfenced and create-only: any instance may record it, leader or not.
-                self.store.create(job_key(request.job_id), document)
-            except AlreadyExists:
-                existing = self.store.get(job_key(request.job_id))
-            else:
-                self._remember(request)
-                log.info("job accepted", job_id=request.job_id, attempt=0)
-                self._enqueue(request.job_id)  # its reconcile submits attempt 1 (or cancels it)
-                return IntakeResult("accepted", request.job_id, "accepted")
-        if existing is not None and JobRecord.from_dict(existing.document).fingerprint == fingerprint:
+            # An invalid root was never claimed: nothing to withdraw.
+            release = refusal.status != "invalid"
+            return self._known_job(data, request, fingerprint, existing, release=release)
+        now = self.clock()
+        state = new_job(
+            request.job_id,
+            request.restart_policy,
+            now,
+            request.elastic,
+            tuple(p.name for p in request.placements),
+        )
+        timeline = [entry(now, 0, "request accepted")]
+        document = JobRecord(canonical, fingerprint, state, tuple(timeline)).to_dict()
+        try:
+            # Unfenced and create-only: any instance may record it, leader or not.
+            self.store.create(job_key(request.job_id), document)
+        except AlreadyExists:
+            existing = self.store.get(job_key(request.job_id))
+            if existing is None:  # deleted by retention since: the next delivery starts afresh
+                raise
+            return self._known_job(data, request, fingerprint, existing, release=True)
+        self._remember(request)
+        log.info("job accepted", job_id=request.job_id, attempt=0)
+        self._enqueue(request.job_id)  # its reconcile submits attempt 1 (or cancels it)
+        return IntakeResult("accepted", request.job_id, "accepted")
+
+    def _known_job(
+        self, data: bytes, request: JobRequest, fingerprint: str, existing: Versioned, *, release: bool
+    ) -> IntakeResult:
+        """The request names a job already recorded: the same request again, or a conflict."""
+        recorded = JobRecord.from_dict(existing.document)
+        if recorded.fingerprint == fingerprint:
             return IntakeResult("duplicate", request.job_id, "already accepted; nothing to do")
+        if release and root_of(recorded.checkpoint_uri or "") != root_of(request.checkpoint_uri):
+            # The claim this request made (now, or in a try that crashed before this point) names
+            # the job, but the job's own root is another: it backs nothing, so it goes.
+            release_checkpoint_root(self.store, request.job_id, request.checkpoint_uri)
         return self._reject(
             data,
             "conflict",

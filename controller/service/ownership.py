@@ -49,6 +49,11 @@ def root_segments(uri: str) -> list[str]:
     return [f"{scheme}://", *parts]
 
 
+def root_of(uri: str) -> str:
+    """The root a checkpoint URI names, as claims spell it (trailing and doubled slashes dropped)."""
+    return "/".join(root_segments(uri))
+
+
 def bucket_refusal(uri: str, settings: Settings) -> Refusal | None:
     allowed = settings.checkpoint_bucket_allow_list
     if not allowed or not uri.startswith("gs://"):

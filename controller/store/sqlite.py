@@ -10,11 +10,14 @@ Every write is committed with `synchronous=FULL` before it returns, so a record 
 keeps its promises).
 
 Group commit: writes that arrive from several threads at once (the subscriber's callbacks, the
-engine's workers) share one transaction, and so one fsync. A writer queues its write and then
-either finds it committed by another thread's batch or commits the whole queue itself. Each write
-runs inside its own savepoint, so one write's refusal (AlreadyExists, VersionConflict, Fenced)
-undoes only that write; no writer returns before the COMMIT that holds its write has returned,
-so a crash mid-batch loses only writes nobody was told about.
+queue's workers) share one transaction, and so one fsync. A writer queues its write; if no batch
+is being committed it leads: it commits everything queued, and when done hands the lead to the
+oldest write queued meanwhile. Every other writer sleeps on its own event until the batch that
+holds its write is committed (or the lead is handed to it), so a commit in progress never makes a
+finished writer wait for the next one, and no writer is woken for nothing. Each write runs inside
+its own savepoint, so one write's refusal (AlreadyExists, VersionConflict, Fenced) undoes only
+that write; no writer returns before the COMMIT that holds its write has returned, so a crash
+mid-batch loses only writes nobody was told about.
 
 Reads use a second connection (WAL lets it read the last commit while a batch is being written),
 so they never wait behind an fsync.
@@ -57,13 +60,15 @@ CREATE TABLE IF NOT EXISTS fence_floor (
 class _Write:
     """One queued write: `run` executes it on the writing connection inside the batch."""
 
-    __slots__ = ("run", "done", "result", "error")
+    __slots__ = ("run", "done", "result", "error", "wake")
 
     def __init__(self, run: Callable[[sqlite3.Connection], Any]):
         self.run = run
         self.done = False
         self.result: Any = None
         self.error: BaseException | None = None
+        # Set when the batch holding this write is committed, or when the lead is handed to it.
+        self.wake = threading.Event()
 
 
 class SqliteStateStore:
@@ -75,7 +80,8 @@ class SqliteStateStore:
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30.0)
         self._lock = threading.Lock()  # the writing connection: held by the thread committing a batch
         self._queue: list[_Write] = []
-        self._queue_lock = threading.Lock()
+        self._queue_lock = threading.Lock()  # guards _queue and _leading
+        self._leading = False  # a writer is committing a batch (and will hand the lead on)
         with self._lock:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
@@ -122,19 +128,37 @@ class SqliteStateStore:
         write = _Write(run)
         with self._queue_lock:
             self._queue.append(write)
-        while True:
-            with self._lock:
-                if not write.done:
-                    # Still queued (a batch in progress when it was queued did not take it):
-                    # commit everything queued now, this write included.
-                    with self._queue_lock:
-                        batch, self._queue = self._queue, []
-                    self._commit(batch)
-            if write.done:
-                break
+            lead = not self._leading
+            self._leading = True
+        if not lead:
+            write.wake.wait()  # committed by the leader's batch, or the lead handed to this write
+        if not write.done:
+            self._lead()
         if write.error is not None:
             raise write.error
         return write.result
+
+    def _lead(self) -> None:
+        """Commit everything queued, then hand the lead to the oldest write queued meanwhile (or
+        give it up when none is): a leader commits one batch, so no writer waits on others' writes."""
+        with self._queue_lock:
+            batch, self._queue = self._queue, []
+        try:
+            with self._lock:
+                self._commit(batch)
+        except BaseException as error:  # not even begun (the commit itself reports its own errors)
+            for write in batch:
+                if not write.done:
+                    write.result, write.error, write.done = None, error, True
+            raise
+        finally:
+            with self._queue_lock:
+                if self._queue:
+                    self._queue[0].wake.set()  # its writer leads the next batch
+                else:
+                    self._leading = False
+            for write in batch:
+                write.wake.set()
 
     def _commit(self, batch: list[_Write]) -> None:
         db = self._db
