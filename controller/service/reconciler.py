@@ -51,10 +51,10 @@ from controller.core.model import JobState, Phase
 from controller.jobrecord import JobRecord
 from controller.readmodel.jobs import TIMELINE_LIMIT, transition_entries
 from controller.request import JobRequest, parse_request
+from controller.service.after_the_end import AfterTheEnd
 from controller.service.alerts import unreadable_checkpoints_alert
 from controller.service.deps import Dependencies, Deposed, Transition, core_config
 from controller.service.interval import IntervalKeeper
-from controller.service.reconcile_ledger import LedgerSteps
 from controller.service.submit import crash_point, ready_at, submit
 from controller.settings import Settings
 from controller.store import Fenced, VersionConflict, Versioned
@@ -68,7 +68,7 @@ WRITE_TRIES = 5
 OUTCOME_ROUNDS = 4
 
 
-class Reconciler(LedgerSteps):
+class Reconciler(AfterTheEnd):
     def __init__(
         self,
         settings: Settings,
@@ -316,31 +316,6 @@ class Reconciler(LedgerSteps):
         self.alerts.raise_alert(kind, severity, summary, **fields)
         if self.metrics is not None:
             self.metrics.alert(kind)
-
-    # ==== after the end ====================================================================
-    def _after_the_end(self, job_id: str, state: JobState, document: dict[str, Any] | None) -> None:
-        """A finished job (`document`: as loaded, None when it finished in this look): a CustomJob
-        a listing found with its labels is cancelled, alerts left in its outbox go out, the
-        interval ledger learns endings it has not counted; then the process forgets the job."""
-        strays: list[ev.Event] = []
-        for job in self.observer.listed_for(job_id):
-            _, attempt = job_labels(job)
-            if attempt is not None:
-                strays.append(observed_event(job, attempt))
-        if strays:
-            state, actions = self._decide_and_write(job_id, strays)  # the core cancels strays
-            for action in actions:
-                self._execute(state, action)
-        if document is not None:
-            delivered: list[ev.Event] = []
-            for alert in pending_alerts(state):
-                delivered += self._execute(state, alert)
-            if delivered:
-                self._decide_and_write(job_id, delivered)
-            if JobRecord.from_dict(document).ledger_pending:
-                self._catch_up_ledger(state)
-        self._requests.pop(job_id, None)
-        self.vertex.lane.leave(job_id)
 
     # ==== helpers ==========================================================================
     def _probe_due(self, state: JobState) -> bool:
