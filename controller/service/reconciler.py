@@ -55,6 +55,7 @@ from controller.service.after_the_end import AfterTheEnd
 from controller.service.alerts import unreadable_checkpoints_alert
 from controller.service.deps import Dependencies, Deposed, Transition, core_config
 from controller.service.interval import IntervalKeeper
+from controller.service.look_timings import CREATE_CALLED, CREATED, DECIDED, READ, LookTimings
 from controller.service.submit import crash_point, ready_at, submit
 from controller.settings import Settings
 from controller.store import Fenced, VersionConflict, Versioned
@@ -104,10 +105,11 @@ class Reconciler(AfterTheEnd):
         self._probe_lock = threading.Lock()
 
     # ==== the door ===========================================================================
-    def reconcile(self, job_id: str) -> float | None:
-        """Look at one job; the seconds until it wants another look, or None."""
+    def reconcile(self, job_id: str, timings: LookTimings | None = None) -> float | None:
+        """Look at one job; the seconds until it wants another look, or None. `timings`: its time
+        in the queue, and where this look's time goes (logged for a recovery's looks)."""
         try:
-            return self._reconcile(job_id)
+            return self._reconcile(job_id, timings or LookTimings(job_id))
         except Fenced as error:
             self._deposed(f"state write refused: {error}")
         except LeaseNotHeld as error:
@@ -116,7 +118,7 @@ class Reconciler(AfterTheEnd):
             pass
         return None
 
-    def _reconcile(self, job_id: str) -> float | None:
+    def _reconcile(self, job_id: str, timings: LookTimings) -> float | None:
         record = self.store.get(job_key(job_id))
         if record is None:
             return None
@@ -124,17 +126,22 @@ class Reconciler(AfterTheEnd):
         if state.phase.terminal:
             self._after_the_end(job_id, state, record.document)
             return None
+        loaded = state
         facts, observed = self._facts(state)
+        timings.mark(READ)
         for look in range(2):  # the first decides from the record just read (a stale one fails the CAS)
             state, actions = self._decide_and_write(job_id, facts, record if look == 0 else None)
+            timings.mark(DECIDED)
             decided = {a.outbox_id for a in actions if isinstance(a, RaiseAlert | ResolveAlert)}
             # Alerts a crash or a failed publish left in the outbox go out with this look's.
             actions += [a for a in pending_alerts(state) if a.outbox_id not in decided]
-            state, wake, wants_create = self._act(state, actions, observed)
+            state, wake, wants_create = self._act(state, actions, observed, timings)
             if wake is None or wake > self.clock() or wants_create or state.phase.terminal:
                 break
             # Due already (a backoff of 0 after a reclaim): go on in this look, not the queue.
             facts, observed = [ev.TimerFired()], None
+        timings.ended = sum(a.ended for a in state.attempts) > sum(a.ended for a in loaded.attempts)
+        timings.report(state.current.number if state.current else 0)
         if not wants_create:
             self.vertex.lane.leave(job_id)
         if state.phase.terminal:
@@ -232,7 +239,7 @@ class Reconciler(AfterTheEnd):
 
     # ==== act ==============================================================================
     def _act(
-        self, state: JobState, actions: list[Action], observed: int | None
+        self, state: JobState, actions: list[Action], observed: int | None, timings: LookTimings
     ) -> tuple[JobState, float | None, bool]:
         """Carry out the actions, recording outcomes: (state, earliest wake-up, waits for a create slot)."""
         wake: float | None = None
@@ -253,7 +260,10 @@ class Reconciler(AfterTheEnd):
                         at = self.clock() + turn
                         wake = at if wake is None else min(wake, at)
                         continue
+                    timings.mark(CREATE_CALLED)
                 outcomes += self._execute(state, action)
+                if isinstance(action, SubmitAttempt):
+                    timings.mark(CREATED)
             if not outcomes:
                 break
             state, actions = self._decide_and_write(state.job_id, outcomes)

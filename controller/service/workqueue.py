@@ -68,6 +68,7 @@ class WorkQueue:
         self._swept: set[str] = set()  # the keys in the sweep lane (others there are stale)
         self._ready_since: dict[str, float] = {}  # key -> when it became ready (waiting or marked)
         self._serving: set[str] = set()
+        self._taken: dict[str, tuple[float, int]] = {}  # key served -> (its wait, sweep keys waiting)
         self._delayed: list[tuple[float, int, str]] = []  # heap; stale entries skipped
         self._due: dict[str, float] = {}  # key -> its one wake-up
         self._sequence = itertools.count()
@@ -213,6 +214,7 @@ class WorkQueue:
                 if key is not None:
                     self._serving.add(key)
                     waited = max(0.0, self._clock() - self._ready_since.pop(key))
+                    self._taken[key] = (waited, len(self._swept))
                     self._served += 1
                     self._waited_total += waited
                     self._waited_max = max(self._waited_max, waited)
@@ -254,6 +256,7 @@ class WorkQueue:
     def _done(self, key: str, *, failed: bool, delay: float | None = None) -> None:
         with self._cond:
             self._serving.discard(key)
+            self._taken.pop(key, None)
             if failed:
                 streak = self._failures.get(key, 0) + 1
                 self._failures[key] = streak
@@ -282,6 +285,12 @@ class WorkQueue:
                 waited_seconds_max=self._waited_max,
                 refused=self._refused,
             )
+
+    def taken(self, key: str) -> tuple[float, int]:
+        """For a key a worker serves now: how long it waited in the queue, and how many keys only
+        a sweep asked for were still waiting when it was taken ((0.0, 0) for a key not served)."""
+        with self._cond:
+            return self._taken.get(key, (0.0, 0))
 
     def is_waiting(self, key: str) -> bool:
         with self._cond:
