@@ -339,11 +339,15 @@ class VertexBackend:
         create: bool,
         guard: Guard = _always_allowed,
         slot_taken: bool = False,
+        look_up: bool = True,
     ) -> Submission:
         """Adopt the Vertex job of this attempt if one exists; otherwise create it (if asked).
 
         `slot_taken`: the caller already holds a create slot for the first try (taken from the
-        create lane, `self.lane`); a retry takes a new one.
+        create lane, `self.lane`); a retry takes a new one. `look_up=False`: the caller knows no
+        job of this attempt can exist yet (its intent was stored moments ago, in the write that
+        started it): the first try creates without the look-up (a List call, from the read
+        budget); a retry (the create's outcome unknown) always looks up first.
 
         Raises SubmitRejected for a permanent refusal; transient errors that outlast the retries
         propagate as google.api_core exceptions.
@@ -356,7 +360,8 @@ class VertexBackend:
                         self.creates.acquire()
                     slot_taken = False
                     guard(f"look up attempt {attempt} of {job_id} before creating it")
-                existing = self.find_attempt(job_id, attempt)
+                existing = self.find_attempt(job_id, attempt) if look_up else []
+                look_up = True
                 if existing:
                     return Submission(
                         existing[0], created=False, duplicates=tuple(j.name for j in existing[1:])

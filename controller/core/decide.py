@@ -780,10 +780,10 @@ def _start_attempt(state: JobState, now: float, replicas: elastic.Size | None = 
         replicas=replicas if replicas is not None else _next_size(state, now),
     )
     state = replace(state, attempts=state.attempts + (attempt,), phase=Phase.SUBMITTING, next_attempt_at=None)
-    return state, [_submit_action(attempt, create=True)]
+    return state, [_submit_action(attempt, create=True, new=True)]
 
 
-def _submit_action(attempt: Attempt, *, create: bool) -> SubmitAttempt:
+def _submit_action(attempt: Attempt, *, create: bool, new: bool = False) -> SubmitAttempt:
     return SubmitAttempt(
         attempt.number,
         attempt.resume_from_uri,
@@ -791,6 +791,7 @@ def _submit_action(attempt: Attempt, *, create: bool) -> SubmitAttempt:
         attempt.on_demand,
         create_if_missing=create,
         replicas=attempt.replicas,
+        new_attempt=new,
     )
 
 

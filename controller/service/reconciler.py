@@ -54,7 +54,7 @@ from controller.request import JobRequest, parse_request
 from controller.service.after_the_end import AfterTheEnd
 from controller.service.alerts import unreadable_checkpoints_alert
 from controller.service.deps import Dependencies, Deposed, Transition, core_config
-from controller.service.interval import IntervalKeeper
+from controller.service.interval import EndingRead, IntervalKeeper
 from controller.service.look_timings import CREATE_CALLED, CREATED, DECIDED, READ, LookTimings
 from controller.service.submit import crash_point, ready_at, submit
 from controller.settings import Settings
@@ -127,10 +127,10 @@ class Reconciler(AfterTheEnd):
             self._after_the_end(job_id, state, record.document)
             return None
         loaded = state
-        facts, observed = self._facts(state)
+        facts, observed, known = self._facts(state)
         timings.mark(READ)
         for look in range(2):  # the first decides from the record just read (a stale one fails the CAS)
-            state, actions = self._decide_and_write(job_id, facts, record if look == 0 else None)
+            state, actions = self._decide_and_write(job_id, facts, record if look == 0 else None, known)
             timings.mark(DECIDED)
             decided = {a.outbox_id for a in actions if isinstance(a, RaiseAlert | ResolveAlert)}
             # Alerts a crash or a failed publish left in the outbox go out with this look's.
@@ -149,8 +149,9 @@ class Reconciler(AfterTheEnd):
             return None
         return None if wake is None else max(0.0, wake - self.clock())
 
-    def _facts(self, state: JobState) -> tuple[list[ev.Event], int | None]:
-        """What is true of the job now, for the core (and which attempt was read from Vertex)."""
+    def _facts(self, state: JobState) -> tuple[list[ev.Event], int | None, dict[int, EndingRead]]:
+        """What is true of the job now, for the core (which attempt was read from Vertex, and what
+        was read of its ending, for the interval keeper)."""
         facts: list[ev.Event] = []
         if not state.cancel_requested and self.store.get(cancel_key(state.job_id)) is not None:
             facts.append(ev.CancelRequested())
@@ -162,22 +163,32 @@ class Reconciler(AfterTheEnd):
                 facts.append(observed_event(job, attempt))
         if self._probe_due(state):  # a running job's progress, now and then
             facts += self._probe(state)
+        known: dict[int, EndingRead] = {}
         if current is not None and current.vertex_name is not None and not current.ended:
-            facts += self._observe(state, current.vertex_name, current.number)
+            facts += self._observe(state, current.vertex_name, current.number, known)
             observed = current.number
         facts.append(ev.TimerFired())
-        return facts, observed
+        return facts, observed, known
 
-    def _observe(self, state: JobState, vertex_name: str, attempt: int) -> list[ev.Event]:
+    def _observe(
+        self, state: JobState, vertex_name: str, attempt: int, known: dict[int, EndingRead] | None = None
+    ) -> list[ev.Event]:
         uri = self._request(state.job_id).checkpoint_uri
         observation = self.observer.observe(vertex_name, attempt, uri)
         if observation.unreadable is not None:
             self._checkpoints_unreadable(state.job_id, attempt, observation.unreadable)
+        if known is not None and observation.markers is not None and observation.unreadable is None:
+            # An ending read whole: the interval keeper's figures use it, not a second read.
+            known[attempt] = EndingRead(observation.exit_record, observation.markers)
         return observation.events()
 
     # ==== decide and write once ============================================================
     def _decide_and_write(
-        self, job_id: str, facts: list[ev.Event], record: Versioned | None = None
+        self,
+        job_id: str,
+        facts: list[ev.Event],
+        record: Versioned | None = None,
+        known: dict[int, EndingRead] | None = None,
     ) -> tuple[JobState, list[Action]]:
         inputs: IntervalInputs | None = None
         for _ in range(WRITE_TRIES):
@@ -203,6 +214,7 @@ class Reconciler(AfterTheEnd):
                 stored.with_state(state, entries, timeline_limit=TIMELINE_LIMIT),
                 before,
                 self._request(job_id),
+                known,
             )
             document = written.to_dict()
             try:

@@ -64,7 +64,13 @@ def submit(
     crash_point("after-intent")
     try:
         submission = vertex.ensure_attempt(
-            job_id, action.attempt, build, create=action.create_if_missing, guard=guard, slot_taken=slot_taken
+            job_id,
+            action.attempt,
+            build,
+            create=action.create_if_missing,
+            guard=guard,
+            slot_taken=slot_taken,
+            look_up=not (action.new_attempt and action.create_if_missing),
         )
     except SubmitRejected as error:
         bound.error("vertex rejected the job", error=str(error))
