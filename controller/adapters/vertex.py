@@ -222,7 +222,9 @@ class VertexBackend:
         self.creates = RateLimiter(settings.creates_per_minute)
         # Which job takes the next create slot (oldest ready first); it never blocks a caller.
         self.lane = CreateLane(self.creates)
-        self.reads = RateLimiter(settings.reads_per_minute)
+        # Reads spend their budget evenly (a tenth of it at once at most), so that a burst never
+        # stalls every read, a recovery's included, for the rest of a minute.
+        self.reads = RateLimiter(settings.reads_per_minute, burst=max(1, settings.reads_per_minute // 10))
         self._on_api_error = on_api_error or (lambda api, code: None)
         self._retry_attempts = retry_attempts
         self._retry_max_wait = retry_max_wait
