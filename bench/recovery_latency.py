@@ -175,12 +175,14 @@ def split(samples: list[dict], log_path: Path) -> dict[str, list[float]] | None:
             phases["not one look"].append(1.0)
             continue
         start = look["started_at"]
-        enqueued = start - look["queued_ms"] / 1000
+        # A key the pass had queued before the event moved up when the event came: its wait
+        # counts from the event's delivery (the queue's own figure counts from the pass).
+        queued = max(0.0, min(look["queued_ms"] / 1000, start - event[1]))
         called = start + look["create_called_ms"] / 1000
         values = {
             "published": event[0] - end,
-            "delivered": enqueued - event[0],
-            "queued": look["queued_ms"] / 1000,
+            "delivered": start - queued - event[0],
+            "queued": queued,
             "read": look["read_ms"] / 1000,
             "decided": (look["decided_ms"] - look["read_ms"]) / 1000,
             "to_create": (look["create_called_ms"] - look["decided_ms"]) / 1000,
