@@ -50,6 +50,7 @@ class AttemptObservation:
     # At an ending, what the trainer left, as read (the interval keeper's figures reuse it):
     exit_record: Any = None  # the chief's exit record (None: it left none)
     markers: list[Any] | None = None  # the recent commit markers (None: not read, or unreadable)
+    got_at: float = 0.0  # wall-clock time the CustomJob's read returned (the recovery's timings)
 
     @property
     def ended(self) -> bool:
@@ -130,6 +131,7 @@ class Observer:
         from_listing = job is not None
         if job is None:
             job = self.vertex.get(vertex_name)
+        got_at = time.time()
         if job is None:
             return AttemptObservation(attempt, vertex_name, ev.VertexJobMissing(attempt, vertex_name))
         if vertex_state_name(job) not in VERTEX_TERMINAL or not read_evidence:
@@ -163,7 +165,7 @@ class Observer:
             job, attempt, exit_record, progress_unknown=unreadable is not None, replica_exits=replicas
         )
         return AttemptObservation(
-            attempt, vertex_name, observed, checkpoint, unreadable, from_listing, exit_record, markers
+            attempt, vertex_name, observed, checkpoint, unreadable, from_listing, exit_record, markers, got_at
         )
 
     def latest_checkpoint(self, checkpoint_uri: str) -> ev.CheckpointObserved | None:

@@ -20,7 +20,9 @@ from controller import logs
 log = logs.get("relaunch.reconcile")
 
 # The steps, in the order a recovery reaches them.
-READ = "read"  # the record, the cancel record and the attempt's CustomJob (with its evidence)
+STORED = "stored"  # the record and the cancel record
+GOT = "got"  # the attempt's CustomJob (Get, or the listing's copy)
+READ = "read"  # and, at an ending, its evidence: every fact the look decides over
 DECIDED = "decided"  # the decision over those facts, written (when it changed anything)
 CREATE_CALLED = "create_called"  # the CustomJob create handed to the Vertex adapter
 CREATED = "created"  # the adapter answered

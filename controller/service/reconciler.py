@@ -31,7 +31,7 @@ from typing import Any
 from controller import logs
 from controller.adapters.checkpoints import CheckpointsUnreadable
 from controller.adapters.lease import LeaseNotHeld
-from controller.adapters.observation import Observer
+from controller.adapters.observation import AttemptObservation, Observer
 from controller.adapters.vertex import job_labels, observed_event
 from controller.core import events as ev
 from controller.core.actions import (
@@ -55,7 +55,7 @@ from controller.service.after_the_end import AfterTheEnd
 from controller.service.alerts import unreadable_checkpoints_alert
 from controller.service.deps import Dependencies, Deposed, Transition, core_config
 from controller.service.interval import EndingRead, IntervalKeeper
-from controller.service.look_timings import CREATE_CALLED, CREATED, DECIDED, READ, LookTimings
+from controller.service.look_timings import CREATE_CALLED, CREATED, DECIDED, GOT, READ, STORED, LookTimings
 from controller.service.submit import crash_point, ready_at, submit
 from controller.settings import Settings
 from controller.store import Fenced, VersionConflict, Versioned
@@ -127,7 +127,7 @@ class Reconciler(AfterTheEnd):
             self._after_the_end(job_id, state, record.document)
             return None
         loaded = state
-        facts, observed, known = self._facts(state)
+        facts, observed, known = self._facts(state, timings)
         timings.mark(READ)
         for look in range(2):  # the first decides from the record just read (a stale one fails the CAS)
             state, actions = self._decide_and_write(job_id, facts, record if look == 0 else None, known)
@@ -149,7 +149,9 @@ class Reconciler(AfterTheEnd):
             return None
         return None if wake is None else max(0.0, wake - self.clock())
 
-    def _facts(self, state: JobState) -> tuple[list[ev.Event], int | None, dict[int, EndingRead]]:
+    def _facts(
+        self, state: JobState, timings: LookTimings
+    ) -> tuple[list[ev.Event], int | None, dict[int, EndingRead]]:
         """What is true of the job now, for the core (which attempt was read from Vertex, and what
         was read of its ending, for the interval keeper)."""
         facts: list[ev.Event] = []
@@ -164,23 +166,24 @@ class Reconciler(AfterTheEnd):
         if self._probe_due(state):  # a running job's progress, now and then
             facts += self._probe(state)
         known: dict[int, EndingRead] = {}
+        timings.mark(STORED)
         if current is not None and current.vertex_name is not None and not current.ended:
-            facts += self._observe(state, current.vertex_name, current.number, known)
+            observation = self._read_attempt(state, current.vertex_name, current.number)
+            timings.marks.setdefault(GOT, observation.got_at)
+            if observation.markers is not None and observation.unreadable is None:
+                # An ending read whole: the interval keeper's figures use it, not a second read.
+                known[current.number] = EndingRead(observation.exit_record, observation.markers)
+            facts += observation.events()
             observed = current.number
         facts.append(ev.TimerFired())
         return facts, observed, known
 
-    def _observe(
-        self, state: JobState, vertex_name: str, attempt: int, known: dict[int, EndingRead] | None = None
-    ) -> list[ev.Event]:
+    def _read_attempt(self, state: JobState, vertex_name: str, attempt: int) -> AttemptObservation:
         uri = self._request(state.job_id).checkpoint_uri
         observation = self.observer.observe(vertex_name, attempt, uri)
         if observation.unreadable is not None:
             self._checkpoints_unreadable(state.job_id, attempt, observation.unreadable)
-        if known is not None and observation.markers is not None and observation.unreadable is None:
-            # An ending read whole: the interval keeper's figures use it, not a second read.
-            known[attempt] = EndingRead(observation.exit_record, observation.markers)
-        return observation.events()
+        return observation
 
     # ==== decide and write once ============================================================
     def _decide_and_write(
@@ -301,7 +304,7 @@ class Reconciler(AfterTheEnd):
             self.vertex.cancel(action.vertex_name, guard=self.guard)
             return []
         if isinstance(action, ReadVertexJob):
-            return self._observe(state, action.vertex_name, action.attempt)
+            return self._read_attempt(state, action.vertex_name, action.attempt).events()
         if isinstance(action, RaiseAlert):
             return self._send_alert(state, action)
         if isinstance(action, ResolveAlert):
