@@ -57,15 +57,24 @@ def wait(check: Callable[[], Any], timeout: float, what: str, every: float = 0.5
 class Controller:
     """`relaunch controller` as a process of its own."""
 
-    def __init__(self, workdir: Path, env: dict[str, str], log_name: str = "controller.log"):
+    def __init__(
+        self, workdir: Path, env: dict[str, str], log_name: str = "controller.log", root: Path = ROOT
+    ):
+        """`root`: the checkout whose controller runs (another commit's, for a side-by-side bench)."""
         self.port = 18000 + (os.getpid() + len(log_name) * 7) % 2000
         self.log_path = workdir / log_name
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "controller.cli", "controller"],
-            env={**os.environ, **env, "PORT": str(self.port), "PYTHONUNBUFFERED": "1"},
+            env={
+                **os.environ,
+                **env,
+                "PORT": str(self.port),
+                "PYTHONUNBUFFERED": "1",
+                **({} if root == ROOT else {"PYTHONPATH": str(root), "PYTHONDONTWRITEBYTECODE": "1"}),
+            },
             stdout=open(self.log_path, "wb"),
             stderr=subprocess.STDOUT,
-            cwd=ROOT,
+            cwd=root,
         )
 
     def http(self, path: str) -> Any:

@@ -188,7 +188,9 @@ class Settings(BaseSettings):
         "is 600 resource-management requests per minute per project and region, shared with every other "
         "Vertex user of the project (Google's 'Vertex AI quotas and limits' page, "
         "https://cloud.google.com/vertex-ai/docs/quotas); the default leaves half of it to them. A reconcile pass costs one List call per 1,000 live "
-        "CustomJobs plus one Get per live job whose CustomJob ended or vanished.",
+        "CustomJobs plus one Get per live job whose CustomJob ended or vanished. Spent evenly: at most a tenth "
+        "of it at once, the rest as it refills over the minute, so a burst never stalls every read (a "
+        "recovery's included) for the rest of a minute.",
     )
     hint_ignore_unknown: bool = Field(
         True,

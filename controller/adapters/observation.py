@@ -5,6 +5,11 @@ It reads the CustomJob (GetCustomJob, or the copy a periodic listing just return
 when that CustomJob has ended, the latest committed checkpoint and the trainer's exit record
 for it. What comes back is typed facts for the decision core, never a raw client object.
 
+At an ending the evidence is read concurrently (the latest committed checkpoint, the chief's and
+every replica's exit record, the recent commit markers the interval keeper wants), on a small
+bounded pool of read threads: a recovery waits for the slowest read, not for their sum. The pool's
+threads only read GCS for the look that waits for them; they touch no job state.
+
 The listing copy: a periodic pass lists every live CustomJob at once (one List call per page),
 then hands each job to a reconcile. A copy is used once, and only while it is younger than
 `listing_max_age`; a Vertex event for the job drops its copy (`forget`), so after an event the
@@ -16,6 +21,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -28,6 +34,9 @@ from controller.core.model import VERTEX_TERMINAL, Attempt
 
 log = logs.get("relaunch.observation")
 
+# Threads that read an ending's evidence concurrently (four reads per ending; a few endings at once).
+EVIDENCE_READERS = 8
+
 
 @dataclass(frozen=True)
 class AttemptObservation:
@@ -39,6 +48,10 @@ class AttemptObservation:
     checkpoint: ev.CheckpointObserved | None = None  # read only at an ending
     unreadable: CheckpointsUnreadable | None = None  # the checkpoint root refused us
     from_listing: bool = False
+    # At an ending, what the trainer left, as read (the interval keeper's figures reuse it):
+    exit_record: Any = None  # the chief's exit record (None: it left none)
+    markers: list[Any] | None = None  # the recent commit markers (None: not read, or unreadable)
+    got_at: float = 0.0  # wall-clock time the CustomJob's read returned (the recovery's timings)
 
     @property
     def ended(self) -> bool:
@@ -69,6 +82,7 @@ class Observer:
         # Stays: the pass's worker replaces the listing copy, jobs' workers take their entries, the
         # event callbacks drop them: an in-memory map shared across threads.
         self._lock = threading.Lock()
+        self._readers = ThreadPoolExecutor(EVIDENCE_READERS, thread_name_prefix="evidence")
 
     # --- the listing copy ----------------------------------------------------------------------
     def remember_listing(self, jobs: list[Any]) -> None:
@@ -118,29 +132,44 @@ class Observer:
         from_listing = job is not None
         if job is None:
             job = self.vertex.get(vertex_name)
+        got_at = time.time()
         if job is None:
             return AttemptObservation(attempt, vertex_name, ev.VertexJobMissing(attempt, vertex_name))
         if vertex_state_name(job) not in VERTEX_TERMINAL or not read_evidence:
             return AttemptObservation(
                 attempt, vertex_name, observed_event(job, attempt), from_listing=from_listing
             )
-        checkpoint, exit_record, unreadable, replicas, runs = None, None, None, [], []
+        vertex_job_id = vertex_name.rsplit("/", 1)[-1]
+        reads: list[Future[Any]] = [
+            self._readers.submit(self.checkpoints.latest, checkpoint_uri),
+            self._readers.submit(
+                self.checkpoints.exit_record, checkpoint_uri, attempt, vertex_job_id=vertex_job_id
+            ),
+            self._readers.submit(
+                self.checkpoints.replica_exits, checkpoint_uri, attempt, vertex_job_id=vertex_job_id
+            ),
+            self._readers.submit(self.checkpoints.recent_markers, checkpoint_uri),
+            self._readers.submit(self.checkpoints.runs, checkpoint_uri, attempt, vertex_job_id=vertex_job_id),
+        ]
+        checkpoint, exit_record, unreadable, replicas, markers, runs = None, None, None, [], None, []
         try:
-            latest = self.checkpoints.latest(checkpoint_uri)
+            latest, exit_record, replicas, runs = (read.result() for read in (*reads[:3], reads[4]))
             if latest is not None:
                 checkpoint = ev.CheckpointObserved(latest.step, latest.uri)
-            vertex_job_id = vertex_name.rsplit("/", 1)[-1]
-            exit_record = self.checkpoints.exit_record(checkpoint_uri, attempt, vertex_job_id=vertex_job_id)
-            replicas = self.checkpoints.replica_exits(checkpoint_uri, attempt, vertex_job_id=vertex_job_id)
-            runs = self.checkpoints.runs(checkpoint_uri, attempt, vertex_job_id=vertex_job_id)
         except CheckpointsUnreadable as error:
             # Not a passing fault: waiting cannot help, and the ending must still be applied.
-            unreadable = error
+            unreadable, exit_record, replicas, runs = error, None, [], []
+        try:
+            markers = reads[3].result()
+        except Exception:  # the interval keeper reads them again itself (and says why it cannot)
+            markers = None
         observed = observed_event(
             job, attempt, exit_record, progress_unknown=unreadable is not None, replica_exits=replicas
         )
         observed = replace(observed, restarts=restarts_of(runs))
-        return AttemptObservation(attempt, vertex_name, observed, checkpoint, unreadable, from_listing)
+        return AttemptObservation(
+            attempt, vertex_name, observed, checkpoint, unreadable, from_listing, exit_record, markers, got_at
+        )
 
     def latest_checkpoint(self, checkpoint_uri: str) -> ev.CheckpointObserved | None:
         """A running job's progress probe (raises CheckpointsUnreadable like `observe` would)."""

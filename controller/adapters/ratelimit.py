@@ -1,4 +1,4 @@
-"""A thread-safe sliding-window rate limiter for Vertex AI's per-minute quotas."""
+"""A thread-safe rate limiter for Vertex AI's per-minute quotas."""
 
 from __future__ import annotations
 
@@ -7,20 +7,45 @@ import threading
 import time
 from collections.abc import Callable
 
+_ROUNDING = 1e-9  # a token refilled to 0.9999999999 by float arithmetic is a token
+
 
 class RateLimiter:
     """Allows at most `limit` acquisitions in any `window` seconds; `acquire` waits for room.
+
+    Without `burst` (the create quota): a sliding window; a burst of `limit` at once, then one
+    more each time the oldest grant leaves the window.
+
+    With `burst` (the read budget): the budget is spent evenly: a bucket of `burst` tokens refilled
+    at (limit - burst) / window per second. Still never more than `limit` in any window (the
+    bucket, plus what refills over one window), but once the bucket is empty each grant waits
+    1/rate seconds, never for the whole window to slide by. With a sliding window, a burst of
+    reads (a pass, a flood of events, a test polling hard) spent the minute's budget in seconds
+    and then stalled every read, a recovery's included, for the rest of the minute.
 
     Fairness across jobs does not come from here: the create lane (`adapters.create_lane`)
     decides which job may take the next slot, oldest job first.
     """
 
-    def __init__(self, limit: int, window: float = 60.0, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        limit: int,
+        window: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+        *,
+        burst: int | None = None,
+    ):
         self.limit = limit
         self.window = window
         self._clock = clock
         self._granted: collections.deque[float] = collections.deque()
         self._cond = threading.Condition()
+        # A budget of one a window has nothing to spread: a plain window.
+        self._burst = None if burst is None or limit < 2 else max(1, min(burst, limit - 1))
+        if self._burst is not None:
+            self._rate = (limit - self._burst) / window  # tokens a second
+            self._tokens = float(self._burst)
+            self._filled_at = clock()
 
     def acquire(self, timeout: float | None = None) -> bool:
         """Take one slot; False if none freed up within `timeout` seconds."""
@@ -28,24 +53,46 @@ class RateLimiter:
         with self._cond:
             while True:
                 now = self._clock()
-                while self._granted and self._granted[0] <= now - self.window:
-                    self._granted.popleft()
-                if len(self._granted) < self.limit:
-                    self._granted.append(now)
+                wait = self._take(now)
+                if wait <= 0:
                     return True
-                wait = self._granted[0] + self.window - now
                 if deadline is not None:
                     if now >= deadline:
                         return False
                     wait = min(wait, deadline - now)
                 self._cond.wait(max(wait, 0.001))
 
+    def _take(self, now: float) -> float:
+        """Take a slot now (0.0), or say how long until one frees up."""
+        if self._burst is not None:
+            self._refill(now)
+            if self._tokens >= 1.0 - _ROUNDING:
+                self._tokens = max(0.0, self._tokens - 1.0)
+                return 0.0
+            return (1.0 - self._tokens) / self._rate
+        self._slide(now)
+        if len(self._granted) < self.limit:
+            self._granted.append(now)
+            return 0.0
+        return self._granted[0] + self.window - now
+
+    def _refill(self, now: float) -> None:
+        assert self._burst is not None
+        self._tokens = min(float(self._burst), self._tokens + (now - self._filled_at) * self._rate)
+        self._filled_at = now
+
+    def _slide(self, now: float) -> None:
+        while self._granted and self._granted[0] <= now - self.window:
+            self._granted.popleft()
+
     def free_in(self) -> float:
         """Seconds until a slot is free (0.0: one is free now)."""
         with self._cond:
             now = self._clock()
-            while self._granted and self._granted[0] <= now - self.window:
-                self._granted.popleft()
+            if self._burst is not None:
+                self._refill(now)
+                return 0.0 if self._tokens >= 1.0 - _ROUNDING else (1.0 - self._tokens) / self._rate
+            self._slide(now)
             if len(self._granted) < self.limit:
                 return 0.0
             return max(0.0, self._granted[0] + self.window - now)
@@ -54,13 +101,18 @@ class RateLimiter:
         """How many slots could be taken at once right now."""
         with self._cond:
             now = self._clock()
-            while self._granted and self._granted[0] <= now - self.window:
-                self._granted.popleft()
+            if self._burst is not None:
+                self._refill(now)
+                return int(self._tokens + _ROUNDING)
+            self._slide(now)
             return max(0, self.limit - len(self._granted))
 
     def give_back(self) -> None:
         """Return the latest slot unused (it was taken for work that went away meanwhile)."""
         with self._cond:
-            if self._granted:
+            if self._burst is not None:
+                self._tokens = min(float(self._burst), self._tokens + 1.0)
+                self._cond.notify_all()
+            elif self._granted:
                 self._granted.pop()
                 self._cond.notify_all()

@@ -251,7 +251,9 @@ class VertexBackend:
         self.creates = RateLimiter(settings.creates_per_minute)
         # Which job takes the next create slot (oldest ready first); it never blocks a caller.
         self.lane = CreateLane(self.creates)
-        self.reads = RateLimiter(settings.reads_per_minute)
+        # Reads spend their budget evenly (a tenth of it at once at most), so that a burst never
+        # stalls every read, a recovery's included, for the rest of a minute.
+        self.reads = RateLimiter(settings.reads_per_minute, burst=max(1, settings.reads_per_minute // 10))
         self._on_api_error = on_api_error or (lambda api, code: None)
         self._retry_attempts = retry_attempts
         self._retry_max_wait = retry_max_wait
@@ -412,11 +414,15 @@ class VertexBackend:
         guard: Guard = _always_allowed,
         slot_taken: bool = False,
         region: str | None = None,
+        look_up: bool = True,
     ) -> Submission:
         """Adopt the Vertex job of this attempt if one exists; otherwise create it (if asked).
 
         `slot_taken`: the caller already holds a create slot for the first try (taken from the
-        create lane, `self.lane`); a retry takes a new one.
+        create lane, `self.lane`); a retry takes a new one. `look_up=False`: the caller knows no
+        job of this attempt can exist yet (its intent was stored moments ago, in the write that
+        started it): the first try creates without the look-up (a List call, from the read
+        budget); a retry (the create's outcome unknown) always looks up first.
 
         `region`: where the attempt's placement puts it (None: RELAUNCH_REGION); the look-up and
         the create both go to that region's endpoint.
@@ -434,7 +440,8 @@ class VertexBackend:
                         self.creates.acquire()
                     slot_taken = False
                     guard(f"look up attempt {attempt} of {job_id} before creating it")
-                existing = self.find_attempt(job_id, attempt, region)
+                existing = self.find_attempt(job_id, attempt, region) if look_up else []
+                look_up = True
                 if existing:
                     return Submission(
                         existing[0], created=False, duplicates=tuple(j.name for j in existing[1:])

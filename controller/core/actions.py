@@ -17,6 +17,11 @@ class SubmitAttempt:
     The adapter first looks the attempt up by its labels and adopts a job it finds (a crash may
     have hit between CreateCustomJob and recording its name). Only when none exists and
     `create_if_missing` is set does it create one; otherwise it reports AttemptNotFound.
+
+    `new_attempt`: the attempt is born in the decision that asks for it, so its intent is written
+    in the same write as this action and no CustomJob of it can exist yet (every create follows a
+    stored intent, and attempt numbers only grow): the look-up before the first create is
+    skipped. A retry after an ambiguous create, or any later submission, looks up first.
     """
 
     attempt: int
@@ -35,6 +40,9 @@ class SubmitAttempt:
     # The placement this attempt runs on (a name in the request's `placements`), as recorded on
     # the attempt (`controller.core.placement_choice`); None: as the jobSpec says.
     placement: str | None = None
+    # A new attempt's first submission: its intent was written in the same write that started
+    # it, so no CustomJob of it can exist yet and the create skips the look-up.
+    new_attempt: bool = False
 
 
 @dataclass(frozen=True)

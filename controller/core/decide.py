@@ -914,10 +914,10 @@ def _start_attempt(state: JobState, now: float, replicas: elastic.Size | None = 
         strategy=fallback.strategy(state.policy, state.attempts, state.capacity_wait_since, now),
     )
     state = replace(state, attempts=state.attempts + (attempt,), phase=Phase.SUBMITTING, next_attempt_at=None)
-    return state, [_submit_action(attempt, create=True)]
+    return state, [_submit_action(attempt, create=True, new=True)]
 
 
-def _submit_action(attempt: Attempt, *, create: bool) -> SubmitAttempt:
+def _submit_action(attempt: Attempt, *, create: bool, new: bool = False) -> SubmitAttempt:
     return SubmitAttempt(
         attempt.number,
         attempt.resume_from_uri,
@@ -926,6 +926,7 @@ def _submit_action(attempt: Attempt, *, create: bool) -> SubmitAttempt:
         create_if_missing=create,
         replicas=attempt.replicas,
         strategy=attempt.strategy,
+        new_attempt=new,
     )
 
 

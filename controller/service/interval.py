@@ -269,18 +269,23 @@ class IntervalKeeper:
             self._count(job_id, request, attempt, self.facts(attempt, read.record, read.markers), now)
 
     def with_ending(
-        self, record: JobRecord, before: JobState, request: JobRequest
+        self,
+        record: JobRecord,
+        before: JobState,
+        request: JobRequest,
+        known: dict[int, EndingRead] | None = None,
     ) -> tuple[JobRecord, dict[int, EndingRead]]:
         """A job's record about to be written, with the facts of every attempt that ends in this
         write (with a restart at once the next attempt is already current): the trainer's figures,
         and on a terminal write the ledger mark (so the job stays live until the book has counted
-        every ending). Returns what was read, by attempt number, for the book."""
+        every ending). `known`: what the look's observation already read of an ending, by attempt
+        (not read again). Returns what was read, by attempt number, for the book."""
         state, reads = record.state, dict[int, EndingRead]()
         for attempt in state.attempts:
             if not attempt.ended or _ended_in(before, attempt.number):
                 continue
             try:
-                read = self.read_ending(request, attempt)
+                read = (known or {}).get(attempt.number) or self.read_ending(request, attempt)
                 figures = self.figures(attempt, read) if read is not None else None
             except Exception:  # figures are a nicety: they never hold up the ending's write
                 log.exception("trainer figures unreadable", job_id=request.job_id, attempt=attempt.number)

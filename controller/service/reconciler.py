@@ -30,7 +30,7 @@ from typing import Any
 from controller import logs
 from controller.adapters.checkpoints import CheckpointsUnreadable
 from controller.adapters.lease import LeaseNotHeld
-from controller.adapters.observation import Observer
+from controller.adapters.observation import AttemptObservation, Observer
 from controller.adapters.vertex import job_labels, observed_event
 from controller.core import events as ev
 from controller.core.actions import (
@@ -52,11 +52,12 @@ from controller.core.placement_choice import wanted as placement_wanted
 from controller.jobrecord import JobRecord
 from controller.readmodel.jobs import TIMELINE_LIMIT, transition_entries
 from controller.request import JobRequest, parse_request
+from controller.service.after_the_end import AfterTheEnd
 from controller.service.alerts import unreadable_checkpoints_alert
 from controller.service.deps import Dependencies, Deposed, Listed, Transition, core_config
-from controller.service.interval import IntervalKeeper
+from controller.service.interval import EndingRead, IntervalKeeper
+from controller.service.look_timings import CREATE_CALLED, CREATED, DECIDED, GOT, READ, STORED, LookTimings
 from controller.service.placing import placement_inputs
-from controller.service.reconcile_ledger import LedgerSteps
 from controller.service.reconcile_probe import ProbeSteps
 from controller.service.submit import crash_point, ready_at, submit
 from controller.settings import Settings
@@ -71,7 +72,7 @@ WRITE_TRIES = 5
 OUTCOME_ROUNDS = 4
 
 
-class Reconciler(LedgerSteps, ProbeSteps):
+class Reconciler(AfterTheEnd, ProbeSteps):
     def __init__(
         self,
         settings: Settings,
@@ -103,11 +104,15 @@ class Reconciler(LedgerSteps, ProbeSteps):
         self._requests: dict[str, JobRequest] = {}  # parsed requests of live jobs
 
     # ==== the door ===========================================================================
-    def reconcile(self, job_id: str, listed: Listed | None = None) -> float | None:
+    def reconcile(
+        self, job_id: str, listed: Listed | None = None, timings: LookTimings | None = None
+    ) -> float | None:
         """Look at one job; the seconds until it wants another look, or None. `listed`: what the
-        periodic pass just read of it (then the look starts from that, reading nothing again)."""
+        periodic pass just read of it (then the look starts from that, reading nothing again).
+        `timings`: its time in the queue, and where this look's time goes (logged for a
+        recovery's looks)."""
         try:
-            return self._reconcile(job_id, listed)
+            return self._reconcile(job_id, listed, timings or LookTimings(job_id))
         except Fenced as error:
             self._deposed(f"state write refused: {error}")
         except LeaseNotHeld as error:
@@ -116,7 +121,7 @@ class Reconciler(LedgerSteps, ProbeSteps):
             pass
         return None
 
-    def _reconcile(self, job_id: str, listed: Listed | None) -> float | None:
+    def _reconcile(self, job_id: str, listed: Listed | None, timings: LookTimings) -> float | None:
         record = listed.record if listed is not None else self.store.get(job_key(job_id))
         if record is None:
             return None
@@ -125,17 +130,22 @@ class Reconciler(LedgerSteps, ProbeSteps):
             self._after_the_end(job_id, state, record.document)
             return None
         self._request(job_id, record.document)  # parsed from the record at hand, not read again
-        facts, observed = self._facts(state, listed)
+        loaded = state
+        facts, observed, known = self._facts(state, listed, timings)
+        timings.mark(READ)
         for look in range(2):  # the first decides from the record just read (a stale one fails the CAS)
-            state, actions = self._decide_and_write(job_id, facts, record if look == 0 else None)
+            state, actions = self._decide_and_write(job_id, facts, record if look == 0 else None, known)
+            timings.mark(DECIDED)
             decided = {a.outbox_id for a in actions if isinstance(a, RaiseAlert | ResolveAlert)}
             # Alerts a crash or a failed publish left in the outbox go out with this look's.
             actions += [a for a in pending_alerts(state) if a.outbox_id not in decided]
-            state, wake, wants_create = self._act(state, actions, observed)
+            state, wake, wants_create = self._act(state, actions, observed, timings)
             if wake is None or wake > self.clock() or wants_create or state.phase.terminal:
                 break
             # Due already (a backoff of 0 after a reclaim): go on in this look, not the queue.
             facts, observed = [ev.TimerFired()], None
+        timings.ended = sum(a.ended for a in state.attempts) > sum(a.ended for a in loaded.attempts)
+        timings.report(state.current.number if state.current else 0)
         if not wants_create:
             self.vertex.lane.leave(job_id)
         if state.phase.terminal:
@@ -143,8 +153,11 @@ class Reconciler(LedgerSteps, ProbeSteps):
             return None
         return None if wake is None else max(0.0, wake - self.clock())
 
-    def _facts(self, state: JobState, listed: Listed | None) -> tuple[list[ev.Event], int | None]:
-        """What is true of the job now, for the core (and which attempt was read from Vertex)."""
+    def _facts(
+        self, state: JobState, listed: Listed | None, timings: LookTimings
+    ) -> tuple[list[ev.Event], int | None, dict[int, EndingRead]]:
+        """What is true of the job now, for the core (which attempt was read from Vertex, and what
+        was read of its ending, for the interval keeper)."""
         facts: list[ev.Event] = []
         if not state.cancel_requested and (
             listed.cancel_recorded if listed else self.store.get(cancel_key(state.job_id)) is not None
@@ -158,22 +171,33 @@ class Reconciler(LedgerSteps, ProbeSteps):
                 facts.append(observed_event(job, attempt))
         if listed and listed.probe and state.phase is Phase.RUNNING:  # its progress, now and then
             facts += self._probe(state)
+        known: dict[int, EndingRead] = {}
+        timings.mark(STORED)
         if current is not None and current.vertex_name is not None and not current.ended:
-            facts += self._observe(state, current.vertex_name, current.number)
+            observation = self._read_attempt(state, current.vertex_name, current.number)
+            timings.marks.setdefault(GOT, observation.got_at)
+            if observation.markers is not None and observation.unreadable is None:
+                # An ending read whole: the interval keeper's figures use it, not a second read.
+                known[current.number] = EndingRead(observation.exit_record, observation.markers)
+            facts += observation.events()
             observed = current.number
         facts.append(ev.TimerFired())
-        return facts, observed
+        return facts, observed, known
 
-    def _observe(self, state: JobState, vertex_name: str, attempt: int) -> list[ev.Event]:
+    def _read_attempt(self, state: JobState, vertex_name: str, attempt: int) -> AttemptObservation:
         uri = self._request(state.job_id).checkpoint_uri
         observation = self.observer.observe(vertex_name, attempt, uri)
         if observation.unreadable is not None:
             self._checkpoints_unreadable(state.job_id, attempt, observation.unreadable)
-        return observation.events()
+        return observation
 
     # ==== decide and write once ============================================================
     def _decide_and_write(
-        self, job_id: str, facts: list[ev.Event], record: Versioned | None = None
+        self,
+        job_id: str,
+        facts: list[ev.Event],
+        record: Versioned | None = None,
+        known: dict[int, EndingRead] | None = None,
     ) -> tuple[JobState, list[Action]]:
         inputs: IntervalInputs | None = None
         placing: PlacementInputs | None = None  # a job with placements: where its attempt runs
@@ -203,6 +227,7 @@ class Reconciler(LedgerSteps, ProbeSteps):
                 stored.with_state(state, entries, timeline_limit=TIMELINE_LIMIT),
                 before,
                 self._request(job_id),
+                known,
             )
             document = written.to_dict()
             try:
@@ -240,7 +265,7 @@ class Reconciler(LedgerSteps, ProbeSteps):
 
     # ==== act ==============================================================================
     def _act(
-        self, state: JobState, actions: list[Action], observed: int | None
+        self, state: JobState, actions: list[Action], observed: int | None, timings: LookTimings
     ) -> tuple[JobState, float | None, bool]:
         """Carry out the actions, recording outcomes: (state, earliest wake-up, waits for a create slot)."""
         wake: float | None = None
@@ -261,7 +286,10 @@ class Reconciler(LedgerSteps, ProbeSteps):
                         at = self.clock() + turn
                         wake = at if wake is None else min(wake, at)
                         continue
+                    timings.mark(CREATE_CALLED)
                 outcomes += self._execute(state, action)
+                if isinstance(action, SubmitAttempt):
+                    timings.mark(CREATED)
             if not outcomes:
                 break
             state, actions = self._decide_and_write(state.job_id, outcomes)
@@ -287,7 +315,7 @@ class Reconciler(LedgerSteps, ProbeSteps):
             self.vertex.cancel(action.vertex_name, guard=self.guard)
             return []
         if isinstance(action, ReadVertexJob):
-            return self._observe(state, action.vertex_name, action.attempt)
+            return self._read_attempt(state, action.vertex_name, action.attempt).events()
         if isinstance(action, RaiseAlert):
             return self._send_alert(state, action)
         if isinstance(action, ResolveAlert):
@@ -324,31 +352,6 @@ class Reconciler(LedgerSteps, ProbeSteps):
         self.alerts.raise_alert(kind, severity, summary, **fields)
         if self.metrics is not None:
             self.metrics.alert(kind)
-
-    # ==== after the end ====================================================================
-    def _after_the_end(self, job_id: str, state: JobState, document: dict[str, Any] | None) -> None:
-        """A finished job (`document`: as loaded, None when it finished in this look): a CustomJob
-        a listing found with its labels is cancelled, alerts left in its outbox go out, the
-        interval ledger learns endings it has not counted; then the process forgets the job."""
-        strays: list[ev.Event] = []
-        for job in self.observer.listed_for(job_id):
-            _, attempt = job_labels(job)
-            if attempt is not None:
-                strays.append(observed_event(job, attempt))
-        if strays:
-            state, actions = self._decide_and_write(job_id, strays)  # the core cancels strays
-            for action in actions:
-                self._execute(state, action)
-        if document is not None:
-            delivered: list[ev.Event] = []
-            for alert in pending_alerts(state):
-                delivered += self._execute(state, alert)
-            if delivered:
-                self._decide_and_write(job_id, delivered)
-            if JobRecord.from_dict(document).ledger_pending:
-                self._catch_up_ledger(state)
-        self._requests.pop(job_id, None)
-        self.vertex.lane.leave(job_id)
 
     # ==== helpers ==========================================================================
     def _checkpoints_unreadable(self, job_id: str, attempt: int, error: CheckpointsUnreadable) -> None:

@@ -39,6 +39,7 @@ from controller.adapters.vertex import job_labels
 from controller.core.model import JobState, Phase
 from controller.jobrecord import JobSummary
 from controller.service.deps import Listed
+from controller.service.look_timings import LookTimings
 from controller.service.reconciler import Reconciler
 from controller.service.workqueue import WorkQueue
 from controller.store.keys import CANCELS_PREFIX, JOBS_PREFIX
@@ -89,7 +90,8 @@ class Sources:
             return None
         with self._lock:
             listed = self._listed.pop(key, None)
-        return self.reconciler.reconcile(key, listed)
+        queued, sweep_waiting = self.queue.taken(key)
+        return self.reconciler.reconcile(key, listed, LookTimings(key, queued, sweep_waiting))
 
     def enqueue(self, job_id: str) -> bool:
         """A look at the job for a reason of its own (its request or cancel recorded, a Vertex
@@ -104,7 +106,8 @@ class Sources:
                 self._touched_during_pass.add(job_id)
 
     # --- Vertex events ---------------------------------------------------------------------------
-    def on_hint(self, vertex_job_id: str) -> None:
+    def on_hint(self, vertex_job_id: str, published: Any = None) -> None:
+        """`published`: when Pub/Sub received the event (a datetime), for the "vertex event" line."""
         with self._lock:
             job_id = self._job_of.get(vertex_job_id)
             built = self._index_built
@@ -120,6 +123,10 @@ class Sources:
         for name in names:
             self.reconciler.observer.forget(name)  # the listing's copy predates this event
         self.enqueue(job_id)
+        if published is not None:  # when it was published and delivered: a recovery's first phase
+            log.info(
+                "vertex event", job_id=job_id, vertex_job=vertex_job_id, published_at=published.timestamp()
+            )
 
     def on_event_message(self, message: Any) -> None:
         """The events subscription's callback: a Cloud Logging entry about a CustomJob."""
@@ -135,7 +142,8 @@ class Sources:
             return
         if vertex_job_id is not None:
             try:
-                self.on_hint(vertex_job_id)  # only finds whose job it is, and enqueues it
+                # Only finds whose job it is, and enqueues it.
+                self.on_hint(vertex_job_id, getattr(message, "publish_time", None))
             except Exception:
                 log.exception("event handling failed; leaving it for redelivery", vertex_job_id=vertex_job_id)
                 message.nack()

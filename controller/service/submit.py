@@ -75,6 +75,7 @@ def submit(
             guard=guard,
             slot_taken=slot_taken,
             region=placement.region if placement is not None else None,
+            look_up=not (action.new_attempt and action.create_if_missing),
         )
     except SubmitRejected as error:
         bound.error("vertex rejected the job", error=str(error))

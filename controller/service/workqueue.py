@@ -58,16 +58,24 @@ class WorkQueue:
         clock: Callable[[], float] = time.monotonic,
         max_keys: int = 100_000,
         on_served: Callable[[float], None] | None = None,
+        max_sweeping: int | None = None,
     ):
+        """`max_sweeping`: at most this many workers serve keys only a sweep asked for at once
+        (None: a quarter of the workers `start` starts, at least one), so that the other workers
+        are free the moment an event's key comes and a pass's thousand looks do not crowd a
+        recovery off the CPU."""
         self._clock = clock
         self._max_keys = max_keys
+        self._max_sweeping = max_sweeping
         self._on_served = on_served or (lambda waited: None)
         self._cond = threading.Condition()
         self._ready: deque[str] = deque()
         self._sweep_lane: deque[str] = deque()  # ready keys only a sweep asked for, served last
         self._swept: set[str] = set()  # the keys in the sweep lane (others there are stale)
+        self._sweeping: set[str] = set()  # keys served that only a sweep asked for
         self._ready_since: dict[str, float] = {}  # key -> when it became ready (waiting or marked)
         self._serving: set[str] = set()
+        self._taken: dict[str, tuple[float, int]] = {}  # key served -> (its wait, sweep keys waiting)
         self._delayed: list[tuple[float, int, str]] = []  # heap; stale entries skipped
         self._due: dict[str, float] = {}  # key -> its one wake-up
         self._sequence = itertools.count()
@@ -147,6 +155,8 @@ class WorkQueue:
     def start(self, workers: int, handler: Handler, *, name: str = "reconcile") -> None:
         """Serve keys with `workers` daemon threads (daemon: a call stuck in a retrying RPC must
         not hold the process past its shutdown budget)."""
+        if self._max_sweeping is None:
+            self._max_sweeping = max(1, workers // 4)
         for index in range(workers):
             thread = threading.Thread(
                 target=self._serve, args=(handler,), name=f"{name}-{index}", daemon=True
@@ -213,6 +223,7 @@ class WorkQueue:
                 if key is not None:
                     self._serving.add(key)
                     waited = max(0.0, self._clock() - self._ready_since.pop(key))
+                    self._taken[key] = (waited, len(self._swept))
                     self._served += 1
                     self._waited_total += waited
                     self._waited_max = max(self._waited_max, waited)
@@ -231,10 +242,13 @@ class WorkQueue:
     def _next_ready(self) -> str | None:
         if self._ready:
             return self._ready.popleft()
+        if self._max_sweeping is not None and len(self._sweeping) >= self._max_sweeping:
+            return None  # the rest of the workers stay free for events
         while self._sweep_lane:
             key = self._sweep_lane.popleft()
             if key in self._swept:
                 self._swept.discard(key)
+                self._sweeping.add(key)
                 return key
         return None
 
@@ -254,6 +268,10 @@ class WorkQueue:
     def _done(self, key: str, *, failed: bool, delay: float | None = None) -> None:
         with self._cond:
             self._serving.discard(key)
+            self._taken.pop(key, None)
+            if key in self._sweeping:
+                self._sweeping.discard(key)
+                self._cond.notify()  # a worker may wait for the sweep's share
             if failed:
                 streak = self._failures.get(key, 0) + 1
                 self._failures[key] = streak
@@ -282,6 +300,12 @@ class WorkQueue:
                 waited_seconds_max=self._waited_max,
                 refused=self._refused,
             )
+
+    def taken(self, key: str) -> tuple[float, int]:
+        """For a key a worker serves now: how long it waited in the queue, and how many keys only
+        a sweep asked for were still waiting when it was taken ((0.0, 0) for a key not served)."""
+        with self._cond:
+            return self._taken.get(key, (0.0, 0))
 
     def is_waiting(self, key: str) -> bool:
         with self._cond:

@@ -26,7 +26,7 @@ def alerts(actions, kind=None):
 def test_accepted_request_submits_attempt_1_from_scratch():
     run = Run.start()
     assert run.state.phase is Phase.SUBMITTING
-    assert submits(run.actions) == [SubmitAttempt(1, None, None, False, True)]
+    assert submits(run.actions) == [SubmitAttempt(1, None, None, False, True, new_attempt=True)]
 
 
 def test_happy_path_ends_succeeded():
@@ -52,7 +52,9 @@ def test_preemption_resubmits_from_latest_checkpoint_without_spending_failures()
     assert wake.at == run.now
     assert run.state.preemptions == 1 and run.state.failures == 0
     actions = run.wake()
-    assert submits(actions) == [SubmitAttempt(2, "gs://b/ckpt/step-0000000040", 40, False, True)]
+    assert submits(actions) == [
+        SubmitAttempt(2, "gs://b/ckpt/step-0000000040", 40, False, True, new_attempt=True)
+    ]
 
 
 def test_reclaims_in_a_row_without_progress_back_off():
@@ -258,7 +260,9 @@ def test_transient_submit_failure_retries_the_same_attempt_later():
     actions = run.feed(ev.SubmitFailed(1, "UNAVAILABLE", permanent=False))
     assert isinstance(actions[0], ScheduleWakeup) and run.state.phase is Phase.SUBMITTING
     actions = run.wake()
-    assert submits(actions) == [SubmitAttempt(1, None, None, False, True)]
+    # The same attempt again, not a new one: the adapter looks it up before creating (the
+    # failed create may have made it after all).
+    assert submits(actions) == [SubmitAttempt(1, None, None, False, True, new_attempt=False)]
 
 
 def test_reconcile_adopts_a_job_whose_name_was_never_recorded():
@@ -504,7 +508,7 @@ def test_no_usable_checkpoint_restarts_from_scratch_when_the_policy_says_so():
     (alert,) = alerts(actions, "checkpoint_lost")
     assert alert.details["stepsLost"] == 40 and "restarting from step 0" in alert.summary
     # The next attempt has no resume point: the trainer starts at step 0.
-    assert submits(run.wake()) == [SubmitAttempt(3, None, None, False, True)]
+    assert submits(run.wake()) == [SubmitAttempt(3, None, None, False, True, new_attempt=True)]
 
 
 def test_every_alert_is_written_to_the_outbox_with_its_cause_and_leaves_it_once_delivered():

@@ -188,3 +188,36 @@ def test_an_event_never_waits_behind_a_sweep_of_every_job():
     assert queue.run_ready(handler) == 1001
     assert seen[:2] == ["reclaimed", "job-500"]
     assert seen.count("job-500") == 1
+
+
+def test_a_recovery_gets_a_worker_at_once_while_every_sweep_look_is_slow():
+    """Real workers: the pass's looks hold their workers (each blocks until released), yet an
+    event's key is served straight away, by a worker the sweep may not take."""
+    queue = WorkQueue(clock=Clock())
+    release = threading.Event()
+    recovered = threading.Event()
+    sweeping, most_sweeping = [0], [0]
+    count = threading.Lock()  # the test's own tally across worker threads
+
+    def handler(key: str) -> None:
+        if key == "reclaimed":
+            recovered.set()
+            return
+        with count:
+            sweeping[0] += 1
+            most_sweeping[0] = max(most_sweeping[0], sweeping[0])
+        release.wait(30)
+        with count:
+            sweeping[0] -= 1
+
+    for n in range(100):
+        queue.add(f"job-{n}", sweep=True)  # the periodic pass offers every live job
+    queue.start(4, handler)  # a quarter of them, one worker, for the sweep
+    try:
+        queue.add("reclaimed")  # a Vertex event while the sweep's looks are all stuck
+        assert recovered.wait(10), "the event's key waited behind the sweep"
+        assert most_sweeping[0] == 1
+        assert queue.stats().ready >= 98  # the sweep is still under way
+    finally:
+        release.set()
+        queue.stop()
