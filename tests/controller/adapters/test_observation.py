@@ -1,7 +1,7 @@
 """An ending's evidence is read concurrently: the latest checkpoint, the chief's and the replicas'
-exit records and the commit markers are in flight together, so a recovery waits for the slowest
-read, not their sum. The probe below is our own adapter's interface (no Google client class):
-each read waits until all four have started, which only concurrent reads can satisfy."""
+exit records, the commit markers and the CustomJob's run records (restarts in place) are in
+flight together, so a recovery waits for the slowest read, not their sum. The probe below is our own adapter's interface (no Google client class):
+each read waits until all five have started, which only concurrent reads can satisfy."""
 
 from __future__ import annotations
 
@@ -23,10 +23,10 @@ class EndedJob:
 
 
 class AllAtOnce:
-    """Each read returns only once all four reads of the ending are under way."""
+    """Each read returns only once all five reads of the ending are under way."""
 
     def __init__(self) -> None:
-        self.started = threading.Barrier(4, timeout=10)
+        self.started = threading.Barrier(5, timeout=10)
         self.threads: set[str] = set()
 
     def _read(self, value):
@@ -46,11 +46,14 @@ class AllAtOnce:
     def recent_markers(self, uri):
         return self._read([])
 
+    def runs(self, uri, attempt, *, vertex_job_id=None):
+        return self._read([])
 
-def test_an_endings_four_reads_are_in_flight_together():
+
+def test_an_endings_five_reads_are_in_flight_together():
     probe = AllAtOnce()
     observation = Observer(EndedJob(), probe).observe(NAME, 1, "gs://b/ckpt")
     assert observation.ended and isinstance(observation.vertex, ev.VertexObserved)
-    assert len(probe.threads) == 4
+    assert len(probe.threads) == 5
     # What the interval keeper's figures need comes back with it (not read a second time).
     assert observation.markers == [] and observation.exit_record is None
