@@ -25,6 +25,7 @@ PROCESS_MODULES = frozenset(
         "tests/controller/cli/test_cli_validate_render.py",
         "tests/controller/store/test_sqlite_store.py",
         "tests/controller/cli/test_demo.py",  # runs `relaunch demo`: devstack and a trainer
+        "tests/controller/service/test_startup_imports.py",  # a fresh interpreter, to time imports
         # A GCS stand-in (devstack's) behind the real storage client:
         "tests/controller/store/test_gcs_store.py",
         "tests/controller/store/test_interval_ledger_store.py",
