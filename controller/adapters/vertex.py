@@ -31,6 +31,7 @@ from controller.core import events as ev
 from controller.core.classify import ReplicaExit
 from controller.core.model import VERTEX_TERMINAL
 from controller.request.aiplatform import aiplatform_v1
+from controller.request.aiplatform import load as load_aiplatform
 from controller.request.labels import ATTEMPT_LABEL, JOB_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE, labels_for
 from controller.settings import Settings
 from trainer import layout
@@ -211,6 +212,7 @@ def make_client(settings: Settings, region: str | None = None) -> aiplatform_v1.
     """A JobService client for `region` (default RELAUNCH_REGION): Vertex AI is regional, each
     region has its own endpoint, REGION-aiplatform.googleapis.com
     (https://cloud.google.com/vertex-ai/docs/reference/rest#service-endpoint)."""
+    load_aiplatform()  # the package whole first, under its import lock (request/aiplatform.py)
     from google.cloud.aiplatform_v1.services.job_service.transports import JobServiceGrpcTransport
 
     region = region or settings.region
