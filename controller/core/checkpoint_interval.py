@@ -965,8 +965,7 @@ def choose_interval(
 def explain(estimate: RateEstimate, checkpoint_cost: float, choice: IntervalChoice) -> str:
     """One line for `status` and `report`."""
     basis = (
-        f"{estimate.endings} work-losing ending(s) and {estimate.saved_reclaims} saved reclaim(s) in "
-        f"{estimate.exposure_seconds / HOUR:.1f} h of training + prior"
+        _basis(estimate)
         if estimate.exposure_seconds > 0.0 or estimate.endings or estimate.saved_reclaims
         else "prior only, nothing observed yet"
     )
@@ -987,6 +986,38 @@ def explain(estimate: RateEstimate, checkpoint_cost: float, choice: IntervalChoi
             else ""
         )
     )
+
+
+def memory_seconds(half_life_seconds: float) -> float:
+    """The training time an estimate's evidence stands for once it is full: the weighted exposure
+    tends to half-life / ln 2 (about 1.44 half-lives), however long the class has been used."""
+    return half_life_seconds / _LN2
+
+
+def _basis(estimate: RateEstimate) -> str:
+    """What the rates rest on: the evidence as it weighs now, and over what stretch of training."""
+    counts = (
+        f"{estimate.endings} work-losing ending(s) and {estimate.saved_reclaims} saved reclaim(s) in "
+        f"{estimate.exposure_seconds / HOUR:.1f} h of training"
+    )
+    if math.isinf(estimate.half_life_seconds) or estimate.weighted_exposure is None:
+        return f"{counts} + prior"
+    # The stretch the weights cover: all of the exposure while it is short, ~1.44 half-lives after.
+    window = min(estimate.exposure_seconds, memory_seconds(estimate.half_life_seconds))
+    return (
+        f"{estimate.recent_endings:.3g} work-losing ending(s) and {estimate.recent_saved:.3g} saved "
+        f"reclaim(s) in {estimate.recent_exposure / HOUR:.1f} h of training, weighted over the last "
+        f"~{_duration(window)} (half-life {_duration(estimate.half_life_seconds)}; {counts} in all) + prior"
+    )
+
+
+def retimed(estimate: RateEstimate, half_life_seconds: float) -> RateEstimate:
+    """The estimate forgetting at `half_life_seconds` from now on (what it weighs now is kept: the
+    configured half-life applies to every update after it is set)."""
+    _check_positive(half_life_seconds=half_life_seconds)
+    if estimate.half_life_seconds == half_life_seconds:
+        return estimate
+    return replace(estimate, half_life_seconds=half_life_seconds)
 
 
 def _duration(seconds: float) -> str:

@@ -25,6 +25,7 @@ from controller.core.checkpoint_interval import (
     explain,
     loses_work,
     prior_for,
+    retimed,
     work_rate,
     young_interval,
 )
@@ -314,7 +315,13 @@ def test_explanation_names_the_estimate_its_basis_the_cost_and_the_interval():
     choice = choose_interval_detail(estimate, 45.0, 60.0, 24 * HOUR)
     text = explain(estimate, 45.0, choice)
     assert f"MTBF {estimate.mtbf / HOUR:.1f} h" in text
-    assert "3 work-losing ending(s) and 4 saved reclaim(s) in 12.0 h" in text
+    # The rates rest on the evidence as it weighs now, and the explanation says so.
+    weighted = (
+        f"{estimate.recent_endings:.3g} work-losing ending(s) and {estimate.recent_saved:.3g} saved "
+        f"reclaim(s) in {estimate.recent_exposure / HOUR:.1f} h of training, weighted over the last ~12.0 h "
+        "(half-life 12.0 h; 3 work-losing ending(s) and 4 saved reclaim(s) in 12.0 h of training in all)"
+    )
+    assert weighted in text and estimate.recent_endings < 3
     assert "C 45 s" in text
     assert f"interval {choice.seconds / 60:.1f} min" in text
     assert "prior only" in explain(
@@ -322,6 +329,39 @@ def test_explanation_names_the_estimate_its_basis_the_cost_and_the_interval():
     )
     clamped = choose_interval_detail(estimate, 45.0, 3 * HOUR, 24 * HOUR)
     assert "configured minimum" in explain(estimate, 45.0, clamped)
+
+
+def test_explanation_of_a_long_history_names_the_window_the_weights_cover_not_all_of_it():
+    estimate = SPOT_PRIOR
+    for _ in range(20):  # 200 h of training, an unsaved reclaim every 10 h
+        estimate = estimate.observe(EndingKind.RECLAIM_UNSAVED, 10 * HOUR)
+    text = explain(estimate, 45.0, choose_interval_detail(estimate, 45.0, 60.0, 24 * HOUR))
+    # 12 h / ln 2: the weighted exposure's ceiling, not the 200 h seen in all.
+    assert "weighted over the last ~17.3 h (half-life 12.0 h;" in text
+    assert "20 work-losing ending(s) and 0 saved reclaim(s) in 200.0 h of training in all" in text
+    assert f"in {estimate.recent_exposure / HOUR:.1f} h of training, weighted" in text
+    assert estimate.recent_exposure < 17.4 * HOUR
+
+
+def test_explanation_of_an_estimate_that_never_forgets_gives_the_raw_counts():
+    never = replace(SPOT_PRIOR, half_life_seconds=math.inf).update(3, 12 * HOUR, saved_reclaims=4)
+    text = explain(never, 45.0, choose_interval_detail(never, 45.0, 60.0, 24 * HOUR))
+    assert "3 work-losing ending(s) and 4 saved reclaim(s) in 12.0 h of training + prior" in text
+    assert "weighted" not in text
+
+
+def test_retimed_keeps_what_the_estimate_weighs_now_and_forgets_faster_from_then_on():
+    seen = SPOT_PRIOR.observe(EndingKind.RECLAIM_UNSAVED, 5 * HOUR)
+    fast = retimed(seen, 2 * HOUR)
+    assert fast.mean_rate == seen.mean_rate and fast.half_life_seconds == 2 * HOUR
+    assert retimed(seen, seen.half_life_seconds) is seen
+    # 10 quiet hours later the faster-forgetting estimate has let go of more of that reclaim.
+    assert (
+        fast.observe(EndingKind.SUCCEEDED, 10 * HOUR).recent_endings
+        < seen.observe(EndingKind.SUCCEEDED, 10 * HOUR).recent_endings
+    )
+    with pytest.raises(ValueError):
+        retimed(seen, 0.0)
 
 
 # --- forgetting ---------------------------------------------------------------------------------
