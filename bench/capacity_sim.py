@@ -199,7 +199,9 @@ class Run:
     used: dict[str, int] = field(default_factory=dict)  # attempts per placement (draw index)
     rates: dict[str, RateEstimate] = field(default_factory=dict)
     last_end: dict[str, float] = field(default_factory=dict)  # wall time of its last ending
-    refused_at: dict[str, float] = field(default_factory=dict)
+    refused_at: dict[str, float] = field(default_factory=dict)  # its latest refusal
+    out_since: dict[str, float] = field(default_factory=dict)  # the first refusal of this streak
+    spells: list[float] = field(default_factory=list)  # stockouts seen from start to end
     waits: dict[str, float] = field(default_factory=dict)
     measured: dict[str, float] = field(default_factory=dict)
 
@@ -286,9 +288,12 @@ def run_fixed_order(env: Env, world: World, work: float) -> Run:
 
 
 def run_relaunch(env: Env, world: World, work: float, args: argparse.Namespace, premium: float) -> Run:
-    spell_prior = args.spell_prior * HOUR
     run = Run()
     while run.units < work:
+        # How long a stockout lasts, as seen: the prior (one spell of `--spell-prior` hours) and
+        # every streak of refusals that ended (from its first refusal to halfway between its last
+        # and the next success), one estimate for every Spot placement.
+        spell_prior = (args.spell_prior * HOUR + sum(run.spells)) / (1 + len(run.spells))
         refused: set[str] = set()
         while True:
             evidence = {}
@@ -321,12 +326,15 @@ def run_relaunch(env: Env, world: World, work: float, args: argparse.Namespace, 
             if p.strategy == "SPOT" and stocked_out_until(world, p.name, run.wall) is not None:
                 run.wall += TRY_SECONDS
                 run.refused_at[p.name] = run.wall
+                run.out_since.setdefault(p.name, run.wall)
                 refused.add(p.name)
                 if len(refused) == len(env.placements):
                     run.wall += BACKOFF_SECONDS
                     refused.clear()
                 continue
-            run.refused_at.pop(p.name, None)
+            last = run.refused_at.pop(p.name, None)
+            if last is not None:
+                run.spells.append(0.5 * (last + run.wall) - run.out_since.pop(p.name))
             attempt(env, world, run, p, work)
             break
     return run
