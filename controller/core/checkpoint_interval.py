@@ -158,6 +158,15 @@ def _check_positive(**values: float) -> None:
 # well below the truth once the window is short.
 DEFAULT_HALF_LIFE_SECONDS = 12 * HOUR
 PRIOR_FLOOR_ALPHA = 0.125
+# Changes
+# -------
+# Forgetting alone follows a 30-fold rise slowly: the old phase's ~17 h of weighted exposure
+# outweighs the first few short attempts of the new one. So after each attempt, the last
+# CHANGE_WINDOW attempts (each suffix of them) are tested against the evidence before them: when
+# the log likelihood ratio of "the suffix has its own rate" to "one rate for all" exceeds
+# CHANGE_THRESHOLD_NATS, the estimate restarts from that suffix (and the prior's floor).
+CHANGE_WINDOW = 16
+CHANGE_THRESHOLD_NATS = 4.0
 
 
 # --- capacity classes and the estimate ----------------------------------------------------------
@@ -350,7 +359,49 @@ class RateEstimate:
             raise ValueError(f"need finite exposure >= 0 (got {exposure_seconds})")
         kept = (*self.lifetimes, (float(exposure_seconds), kind))[-LIFETIMES_KEPT:]
         # Built once, lifetimes included (observing is on the controller's path for every ending).
-        return self._updated(lost, exposure_seconds, saved, kept)
+        updated = self._updated(lost, exposure_seconds, saved, kept)
+        return updated._after_change() if CHANGE_THRESHOLD_NATS < math.inf else updated
+
+    def _after_change(self) -> RateEstimate:
+        """The estimate from the last few attempts alone when they say the rate moved (see
+        "Changes" below); else itself."""
+        if math.isinf(self.half_life_seconds) or self.weighted_exposure is None:
+            return self
+        endings = exposure = 0.0
+        best, split = CHANGE_THRESHOLD_NATS, 0
+        for m in range(1, min(CHANGE_WINDOW, len(self.lifetimes)) + 1):
+            seconds, kind = self.lifetimes[-m]
+            endings += 1.0 if loses_work(kind) else 0.0
+            exposure += seconds
+            # Before the segment: the weighted evidence less the segment (the prior left out: it
+            # is no evidence of a change), at least as much exposure as the segment's.
+            before_endings = self.recent_endings - endings
+            before_exposure = self.recent_exposure - exposure
+            if before_exposure < exposure or exposure <= 0.0:
+                break
+            # Half an ending of slack: an old stretch with none is not a rate of zero.
+            rate, recent = (max(before_endings, 0.0) + 0.5) / before_exposure, endings / exposure
+            nats = (endings * math.log(recent / rate) if endings else 0.0) - (recent - rate) * exposure
+            if nats > best:
+                best, split = nats, m
+        if not split:
+            return self
+        segment = self.lifetimes[-split:]
+        endings = sum(1.0 for _, kind in segment if loses_work(kind))
+        saved = sum(1.0 for _, kind in segment if kind is EndingKind.RECLAIM_SAVED)
+        exposure = sum(seconds for seconds, _ in segment)
+        prior_alpha = max(self.alpha - self.recent_endings, 1e-12)
+        prior_beta = max(self.beta - self.recent_exposure, 1e-9)
+        keep = min(1.0, PRIOR_FLOOR_ALPHA / prior_alpha)
+        return replace(
+            self,
+            alpha=keep * prior_alpha + endings,
+            beta=keep * prior_beta + exposure,
+            lifetimes=segment,
+            weighted_endings=endings,
+            weighted_exposure=exposure,
+            weighted_saved=saved,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {

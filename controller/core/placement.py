@@ -23,9 +23,13 @@ work one attempt does, not over the whole job: a placement is not chosen for a l
 reclaim may cut short.
 
 Unseen placements start from stated priors: the rate book's prior for their strategy
-(`checkpoint_interval.prior_for`), a wait of `PRIOR_WAIT_SECONDS[strategy]`, and a speed scaled
-from the fastest measured placement per accelerator (or 1 unit per second when none is measured:
-then every placement compares at equal speed per accelerator).
+(`checkpoint_interval.prior_for`), a wait of `PRIOR_WAIT_SECONDS[strategy]`, and a speed: the
+same accelerator's measured speed elsewhere, else a measured one's scaled by the accelerators'
+peak throughput (`speed_prior`, `ACCELERATOR_PEAK_TFLOPS`), else 1 unit per second per
+accelerator. What was learned of a placement left idle fades back to its prior over wall time
+(`Evidence.idle_seconds`, the rate book's half-life), so capacity that was busy once is tried
+again. After a refusal, lowest cost moves at once when the move is cheap enough or the expected
+wait is worth more than one attempt's extra cost elsewhere (`worth_moving`).
 """
 
 from __future__ import annotations

@@ -2,12 +2,14 @@
 
 import json
 import math
+import random
 from dataclasses import replace
 
 import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
+from controller.core import checkpoint_interval
 from controller.core.checkpoint_interval import (
     DEFAULT_HALF_LIFE_SECONDS,
     HOUR,
@@ -397,6 +399,29 @@ def test_the_estimate_follows_a_rate_that_rises_and_one_that_never_forgets_lags(
         for name, e in (("forgetting", forgetting), ("never", never), ("busy", busy_only))
     }
     assert tau["busy"] < tau["forgetting"] < tau["never"]
+
+
+def test_a_few_attempts_that_the_old_rate_makes_unlikely_restart_the_estimate_from_them(monkeypatch):
+    calm = _history(SPOT_PRIOR, [30.0] * 6)
+    after_three = _history(calm, [1.0] * 3)
+    # Three reclaims within an hour each, where one per ~30 h was the rule: the estimate restarts
+    # from the new attempts (and the prior's floor) instead of averaging them with the calm days.
+    assert after_three.mean_rate * HOUR > 0.4
+    assert len(after_three.lifetimes) <= 3 and after_three.endings == 9  # the raw count stays
+    # Forgetting alone still reads about one reclaim per 5 h.
+    monkeypatch.setattr(checkpoint_interval, "CHANGE_THRESHOLD_NATS", math.inf)
+    assert _history(calm, [1.0] * 3).mean_rate * HOUR < 0.25
+
+
+def test_a_steady_rate_seldom_looks_like_a_change():
+    draw = random.Random(20261127)
+    estimate, restarts = SPOT_PRIOR, 0
+    for _ in range(400):
+        before = len(estimate.lifetimes)
+        estimate = estimate.observe(EndingKind.RECLAIM_UNSAVED, draw.expovariate(1.0 / (2 * HOUR)))
+        restarts += len(estimate.lifetimes) < before
+    assert restarts <= 8  # at most 2 % of the attempts
+    assert 0.3 < estimate.mean_rate * HOUR < 0.8  # one per 2 h
 
 
 def test_the_estimate_comes_down_again_when_the_reclaims_stop():
