@@ -1,35 +1,40 @@
 """Cost and finish time of a long job whose attempts may run in several places (a benchmark script).
 
-One job (`--work-hours` of training at the reference speed) over 3 regions x 2 machine shapes x
-3 strategies (18 placements). The attempt model is bench/goodput_sim.py's (a restart R, then tau
-seconds of training and a C-second stall per checkpoint, committed W later; a reclaim whose
-emergency save commits loses nothing, otherwise back to the newest commit), with the interval
-each attempt uses from `choose_interval` on what the policy learned of that placement's class.
+One job (`--work-hours` of training at the large shape's speed) over 3 regions x 2 machine shapes
+x 3 strategies (18 placements). The attempt model is bench/goodput_sim.py's (`run_attempts`: a
+restart R, then tau seconds of training and a C-second stall per checkpoint, committed W later; a
+reclaim whose emergency save commits loses nothing, otherwise back to the newest commit), with
+the constant-hazard interval (`placement.planned_interval`) for what the policy learned of that
+placement.
 
 Each placement has its own:
-  reclaims    Spot: Poisson, mean M per region and shape; region A's changes at `--change-at`
-              hours of wall time (to M/30 by default: one per hour; `--calmer` reverses it).
+  reclaims    Spot: Poisson, mean per region and shape (REGION_SPOT_MTBF_HOURS); region A's
+              changes 30-fold at `--change-at` hours of wall time (the grid: worse or better).
               FLEX_START and STANDARD: only crashes, one per 7 days on average.
   stockouts   Spot: alternating spells, capacity there (exponential, mean `up`) and gone (mean
-              `--spell-hours`, hours). A try during a spell is refused (60 s).
+              `spell`). A try during a spell is refused (60 s).
   queueing    FLEX_START: a wait per attempt (exponential, mean per region), then the whole gang;
               its capacity is held at most 7 days.
-  price       dollars per node hour (Spot and FLEX_START as a share of on-demand).
+  price       dollars per node hour (Spot and FLEX_START as a share of on-demand, per region).
+  speed       large: 1 unit per second; small: the grid's (0.45 or 0.25).
 Moving to another region than the latest checkpoint's costs a copy (seconds and dollars).
 Common random numbers: per replication, each placement's spells, lifetimes, emergency saves and
 queue waits are drawn once and shared by every policy.
 
 Policies:
-  single      today: Spot in region A on the large shape, waiting out stockouts (a retry every
-              60 s + 120 s capacity backoff)
-  fixed-order SkyPilot's failover: the placements in order of hourly price (Spot ones, then
-              on-demand), each attempt walks the list from the top; a refusal costs 60 s
-  relaunch    `controller.core.placement.choose` (lowest cost) on what it observed: per
-              placement the discounted rate book, waits, speed; a refusal moves it on at once
-  hindsight   the single placement (waiting out its stockouts) with the lowest mean cost per
-              unit at that grid point, known only after the fact
+  single         today: Spot in region A on the large shape, waiting out stockouts (a retry
+                 every 60 s + 120 s capacity backoff)
+  fixed-order    SkyPilot's failover: the placements in order of hourly price (FLEX_START
+                 included), each attempt walks the list from the top; a refusal costs 60 s
+  relaunch       `controller.core.placement.choose` (lowest cost) on what it observed: per
+                 placement the real, forgetting `RateEstimate`, queue waits, stockout lengths
+                 learned from its refusals, measured speed, time since it was last used
+  relaunch-move  the same, but a refusal always moves it on (as fixed-order does)
+  hindsight      the single placement (waiting out its stockouts) with the lowest mean cost per
+                 unit at that grid point, known only after the fact
 
-    python bench/capacity_sim.py --replications 40 --seed 5100
+    python bench/capacity_sim.py --replications 40 --jobs 2     # 16 points; verdicts at the end
+    python bench/capacity_sim.py --replications 8 --only 6 --only 7
 """
 
 from __future__ import annotations

@@ -164,7 +164,12 @@ PRIOR_FLOOR_ALPHA = 0.125
 # outweighs the first few short attempts of the new one. So after each attempt, the last
 # CHANGE_WINDOW attempts (each suffix of them) are tested against the evidence before them: when
 # the log likelihood ratio of "the suffix has its own rate" to "one rate for all" exceeds
-# CHANGE_THRESHOLD_NATS, the estimate restarts from that suffix (and the prior's floor).
+# CHANGE_THRESHOLD_NATS, the estimate restarts from that suffix (and the prior's floor). The
+# prior is left out of the test (it is no evidence of a change), and a suffix is only tested
+# against at least as much exposure as its own. On rate_change_sim (C = 300 s, no emergency save,
+# seed 9400) the rise went from 96.1 % (8 replications) to 97.5 % (16, se 0.55) of the per-phase
+# oracle; on goodput_sim's bursty rows (bursts are changes too) it costs a few tenths of a point
+# (bench/README.md). math.inf turns it off.
 CHANGE_WINDOW = 16
 CHANGE_THRESHOLD_NATS = 4.0
 
