@@ -55,6 +55,7 @@ from concurrent.futures import ProcessPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -167,6 +168,41 @@ def phased_lifetimes(setting: Setting, unit: np.ndarray, start: np.ndarray) -> n
     )
 
 
+@dataclass(frozen=True)
+class AttemptResult:
+    """What attempts made of their machines (arrays, or numpy scalars for one attempt)."""
+
+    finish: Any  # seconds after the restart the job would take to finish, uninterrupted
+    working: Any  # seconds of the attempt after the restart
+    finishes: Any  # the job finished within the attempt
+    full: Any  # checkpoint cycles completed
+    checkpoints_to_finish: Any
+    gained: Any  # seconds of work kept (committed, or saved by the emergency save)
+    on_machine: Any  # seconds the attempt held its machines
+
+
+def run_attempts(
+    remaining: Any, tau: Any, life: Any, saved: Any, c: float, w_commit: float, r: float
+) -> AttemptResult:
+    """The attempt model: a restart r, then tau seconds of training and a c-second stall per
+    checkpoint, each committed w_commit after its stall; an ending after `life` seconds on the
+    machines keeps everything when its emergency save commits (`saved`), else back to the newest
+    commit. Shared by goodput_sim and capacity_sim."""
+    # Time from the end of the restart to the end of the job, if nothing interrupts it: the
+    # remaining work plus a stall after every full interval except at the very end.
+    ckpts_to_finish = np.ceil(remaining / tau) - 1.0
+    finish = remaining + c * ckpts_to_finish
+    working = np.maximum(life - r, 0.0)
+    finishes = finish <= working
+    cycle = tau + c
+    full = np.floor(working / cycle)
+    computed = full * tau + np.minimum(working - full * cycle, tau)
+    committed_cycles = np.where(working >= w_commit, np.floor((working - w_commit) / cycle), 0.0)
+    gained = np.where(saved, computed, committed_cycles * tau)
+    on_machine = np.where(finishes, r + finish, life)
+    return AttemptResult(finish, working, finishes, full, ckpts_to_finish, gained, on_machine)
+
+
 class OutOfAttempts(Exception):
     """A lane needed more attempts than the environment drew."""
 
@@ -227,20 +263,9 @@ def simulate(
         wall[active] += env.waits[reps, idx]
         if setting.process == "phased":
             life = phased_lifetimes(setting, life, wall[active])
-        t = tau[active]
-        remaining = work - progress[active]
-        # Time from the end of the restart to the end of the job, if nothing interrupts it: the
-        # remaining work plus a stall after every full interval except at the very end.
-        ckpts_to_finish = np.ceil(remaining / t) - 1.0
-        finish = remaining + c * ckpts_to_finish
-        working = np.maximum(life - r, 0.0)  # seconds of the attempt after the restart
-        finishes = finish <= working
-        cycle = t + c
-        full = np.floor(working / cycle)
-        computed = full * t + np.minimum(working - full * cycle, t)
-        committed_cycles = np.where(working >= w_commit, np.floor((working - w_commit) / cycle), 0.0)
-        gained = np.where(saved, computed, committed_cycles * t)
-        on_machine = np.where(finishes, r + finish, life)
+        one = run_attempts(work - progress[active], tau[active], life, saved, c, w_commit, r)
+        finish, working, finishes, full = one.finish, one.working, one.finishes, one.full
+        ckpts_to_finish, gained, on_machine = one.checkpoints_to_finish, one.gained, one.on_machine
         wall[active] += on_machine
         checkpoints[active] += np.where(finishes, ckpts_to_finish, full).astype(np.int64)
         progress[active] = np.where(finishes, work, progress[active] + gained)

@@ -92,6 +92,16 @@ class Settings(BaseSettings):
         "controller/core/checkpoint_interval.py). Set it where reclaims are known to be more frequent.",
     )
 
+    estimate_half_life_seconds: float = Field(
+        12 * 3600.0,
+        gt=0,
+        description="How fast the learned reclaim rates (the adaptive checkpoint interval's and the "
+        "placement choice's) forget: an ending weighs half after this much later training in its "
+        "capacity class, so each estimate rests on about the last 1.44 half-lives of training and "
+        'follows a rate that changes (see controller/core/checkpoint_interval.py, "Forgetting"). '
+        "Applies to classes already in the book from their next update on.",
+    )
+
     # Bounded state (a housekeeping pass while leading).
     housekeeping_seconds: float = Field(
         300.0, gt=0, description="Period of the pass that prunes rejected records and finished jobs."

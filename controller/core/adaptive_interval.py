@@ -33,6 +33,7 @@ from controller.core.checkpoint_interval import (
     RateEstimate,
     choose_interval_detail,
     explain,
+    retimed,
 )
 from controller.core.classify import Ending
 from controller.core.restarts import InPlaceRestart
@@ -262,19 +263,23 @@ class Ledger:
 
         `kind` None (an ending that teaches nothing) is still marked counted, so a later look at
         the same attempt does not reconsider it. `prior` seeds a class the book has not seen yet
-        (None: the estimator's documented prior for the class). `restarts`: the attempt's restarts
-        in place (`restart_endings`), each an ending of its own, folded in first; the attempt's
-        own ending keeps the rest of its exposure."""
+        (None: the estimator's documented prior for the class), and its half-life (the configured
+        one) applies to a class already in the book. `restarts`: the attempt's restarts in place
+        (`restart_endings`), each an ending of its own, folded in first; the attempt's own ending
+        keeps the rest of its exposure."""
         if self.has_counted(job_id, attempt):
             return self
         book = self.book
         if kind is not None:
-            if prior is not None and not any(c == capacity for c, _ in book.estimates):
-                book = replace(book, estimates=(*book.estimates, (capacity, prior)))
+            if prior is not None:
+                # Seed an unseen class; re-time a known one to the prior's (configured) half-life.
+                seeded = estimate_for(book, capacity, prior)
+                rest = tuple((c, e) for c, e in book.estimates if c != capacity)
+                book = replace(book, estimates=(*rest, (capacity, seeded)))
             for restart_kind, seconds in restarts:
                 book = book.observe(capacity, restart_kind, seconds)
-            rest = max(0.0, exposure - sum(seconds for _, seconds in restarts))
-            book = book.observe(capacity, kind, rest)
+            rest_seconds = max(0.0, exposure - sum(seconds for _, seconds in restarts))
+            book = book.observe(capacity, kind, rest_seconds)
         known = next((c for c in self.counted if c.job_id == job_id), None)
         if known is None:
             entry = Counted(job_id, attempt, now, tuple(range(1, attempt)))
@@ -319,9 +324,12 @@ class Ledger:
 
 def estimate_for(book: RateBook, capacity: CapacityClass, prior: RateEstimate | None = None) -> RateEstimate:
     """The class's estimate; an unseen class reads as `prior` (or the estimator's own)."""
-    if prior is not None and not any(c == capacity for c, _ in book.estimates):
+    if prior is None:
+        return book.estimate(capacity)
+    if not any(c == capacity for c, _ in book.estimates):
         return prior
-    return book.estimate(capacity)
+    # The prior carries the configured half-life; a class already in the book forgets at it too.
+    return retimed(book.estimate(capacity), prior.half_life_seconds)
 
 
 # --- C ------------------------------------------------------------------------------------------

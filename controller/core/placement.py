@@ -23,19 +23,25 @@ work one attempt does, not over the whole job: a placement is not chosen for a l
 reclaim may cut short.
 
 Unseen placements start from stated priors: the rate book's prior for their strategy
-(`checkpoint_interval.prior_for`), a wait of `PRIOR_WAIT_SECONDS[strategy]`, and a speed scaled
-from the fastest measured placement per accelerator (or 1 unit per second when none is measured:
-then every placement compares at equal speed per accelerator).
+(`checkpoint_interval.prior_for`), a wait of `PRIOR_WAIT_SECONDS[strategy]`, and a speed: the
+same accelerator's measured speed elsewhere, else a measured one's scaled by the accelerators'
+peak throughput (`speed_prior`, `ACCELERATOR_PEAK_TFLOPS`), else 1 unit per second per
+accelerator. What was learned of a placement left idle fades back to its prior over wall time
+(`Evidence.idle_seconds`, the rate book's half-life), so capacity that was busy once is tried
+again. After a refusal, lowest cost moves at once when the move is cheap enough or the expected
+wait is worth more than one attempt's extra cost elsewhere (`worth_moving`).
 """
 
 from __future__ import annotations
 
+import functools
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
 from controller.core.checkpoint_interval import (
+    DEFAULT_HALF_LIFE_SECONDS,
     HOUR,
     CapacityClass,
     RateEstimate,
@@ -58,6 +64,24 @@ PRIOR_WAIT_SECONDS = {"SPOT": 180.0, "FLEX_START": 1800.0, "STANDARD": 0.0}
 REFUSAL_MOVE_PREMIUM = 0.10
 # FLEX_START capacity is held for at most 7 days, then the job ends and a new attempt is needed.
 FLEX_START_MAX_RUN_SECONDS = 7 * 24 * HOUR
+# The speed prior of a placement not measured yet: a measured placement's speed per accelerator,
+# scaled by the ratio of the accelerators' peak dense BF16/FP16 tensor throughput (TFLOPS, from
+# NVIDIA's data sheets: https://www.nvidia.com/en-us/data-center/a100/, .../h100/, .../h200/,
+# .../l4/, .../tesla-t4/, .../v100/, .../dgx-b200/; the sparsity figures halved). Peak is an
+# optimistic guess for most jobs (memory and communication bound them below it), and the first
+# attempt measures the truth; an accelerator not listed counts as the measured one's equal.
+# Keys: Vertex AI's AcceleratorType names.
+ACCELERATOR_PEAK_TFLOPS = {
+    "NVIDIA_TESLA_T4": 65.0,
+    "NVIDIA_TESLA_V100": 125.0,
+    "NVIDIA_L4": 121.0,
+    "NVIDIA_TESLA_A100": 312.0,
+    "NVIDIA_A100_80GB": 312.0,
+    "NVIDIA_H100_80GB": 989.0,
+    "NVIDIA_H100_MEGA_80GB": 989.0,
+    "NVIDIA_H200_141GB": 989.0,
+    "NVIDIA_B200": 2250.0,
+}
 
 
 class Objective(str, Enum):
@@ -101,6 +125,11 @@ class Placement:
     def accelerators(self) -> int:
         return sum(p.replica_count * max(p.accelerator_count, 1) for p in self.pools)
 
+    @property
+    def accelerator_type(self) -> str:
+        """The chief pool's accelerator (what the speed prior scales by)."""
+        return self.pools[0].accelerator_type
+
     def capacity_class(self) -> CapacityClass:
         """The class whose reclaim rate applies: the first (chief) pool's machines."""
         chief = self.pools[0]
@@ -114,6 +143,10 @@ class Evidence:
     rates: RateEstimate | None = None  # from the (discounted) rate book
     wait_seconds: float | None = None  # expected wait for capacity before an attempt starts
     units_per_second: float | None = None  # measured training speed (e.g. steps per second)
+    # Wall-clock seconds since the rates were last updated (the placement's last ending): what
+    # was learned of a placement nobody has used for a while fades back towards its prior (see
+    # `evaluate`), so one that was busy once is tried again rather than shunned for ever.
+    idle_seconds: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -161,6 +194,8 @@ class Figures:
     copy_seconds: float
     units_per_second: float
     from_prior: tuple[str, ...]  # which inputs were priors: "rates", "wait", "speed"
+    units_per_attempt: float = 0.0  # the training one attempt is expected to keep
+    dollars_per_hour: float = 0.0  # what its machines cost an hour while held
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -175,6 +210,8 @@ class Figures:
             "copySeconds": self.copy_seconds,
             "unitsPerSecond": self.units_per_second,
             "fromPrior": list(self.from_prior),
+            "unitsPerAttempt": self.units_per_attempt,
+            "dollarsPerHour": self.dollars_per_hour,
         }
 
 
@@ -202,9 +239,16 @@ def evaluate(
     costs: JobCosts,
     transfer: Transfer,
     speed_per_accelerator: float,
+    *,
+    half_life_seconds: float = DEFAULT_HALF_LIFE_SECONDS,
 ) -> Figures:
-    """The expected cost and time per unit of training of one attempt on `placement`."""
-    rates = evidence.rates or prior_for(placement.capacity_class())
+    """The expected cost and time per unit of training of one attempt on `placement`.
+
+    Rates learned on it fade back to the prior by `evidence.idle_seconds` of wall time, with the
+    rate book's half-life: the book discounts by exposure (later training in the class), which a
+    class nobody uses never gets; capacity left alone changes all the same."""
+    prior = prior_for(placement.capacity_class())
+    rates = evidence.rates or prior
     wait = PRIOR_WAIT_SECONDS[placement.strategy] if evidence.wait_seconds is None else evidence.wait_seconds
     speed = (
         speed_per_accelerator * placement.accelerators
@@ -221,19 +265,15 @@ def evaluate(
         if seen is None
     ]
     lost, saved = rates.mean_rate, rates.saved_rate
+    if evidence.rates is not None and evidence.idle_seconds > 0.0:
+        kept = 0.5 ** (evidence.idle_seconds / half_life_seconds)
+        lost = kept * lost + (1.0 - kept) * prior.mean_rate
+        saved = kept * saved + (1.0 - kept) * prior.saved_rate
     if placement.strategy == "FLEX_START":
         # The end of the longest run comes like a reclaim announced in time: the attempt saves and
         # a new one (with its restart, and its wait) is needed.
         saved += 1.0 / FLEX_START_MAX_RUN_SECONDS
-    # The constant-hazard interval (the lifetimes' replay refines the interval the attempt will
-    # use, by a few percent of goodput at most; here it would only slow the comparison).
-    tau = best_interval(
-        replace(rates, lifetimes=()),
-        costs.checkpoint_stall,
-        restart_cost=costs.restart,
-        write_seconds=costs.checkpoint_write,
-        nodes=1,
-    )
+    tau = planned_interval(lost, saved, costs)
     kept_share = work_rate(
         tau,
         costs.checkpoint_stall,
@@ -265,7 +305,56 @@ def evaluate(
         copy_seconds=copy_seconds,
         units_per_second=speed,
         from_prior=tuple(from_prior),
+        units_per_attempt=units,
+        dollars_per_hour=placement.nodes * placement.price_per_node_hour,
     )
+
+
+# Steps of the rate grid the planned interval is looked up on: 1/8 of a doubling (9 %).
+_RATE_STEPS_PER_DOUBLING = 8
+
+
+def planned_interval(lost_rate: float, saved_rate: float, costs: JobCosts) -> float:
+    """The checkpoint interval an attempt at these rates (per second) is planned with: the
+    constant-hazard model's best (the lifetimes' replay refines the interval the attempt will
+    really use by a few percent of goodput at most; here it would only slow the comparison).
+
+    Looked up for the rates rounded to 1/8 of a doubling, so that the choice, made for every
+    placement before every attempt, costs a table look-up: goodput is flat near the optimum, and
+    an interval 4.5 % off it loses about a thousandth of it (second order)."""
+    return _planned_interval(
+        _rate_step(lost_rate),
+        _rate_step(saved_rate),
+        costs.checkpoint_stall,
+        costs.restart,
+        costs.checkpoint_write,
+    )
+
+
+def _rate_step(rate: float) -> int | None:
+    if rate <= 0.0:
+        return None
+    return round(math.log2(rate) * _RATE_STEPS_PER_DOUBLING)
+
+
+@functools.lru_cache(maxsize=65536)
+def _planned_interval(
+    lost_step: int | None, saved_step: int | None, stall: float, restart: float, write: float
+) -> float:
+    def rate(step: int | None) -> float:
+        return 0.0 if step is None else 2.0 ** (step / _RATE_STEPS_PER_DOUBLING)
+
+    lost, saved = rate(lost_step), rate(saved_step)
+    # An estimate whose posterior mean rates are these (nodes=1 reads the means alone).
+    beta = HOUR
+    known = RateEstimate(
+        alpha=max(lost, 1e-300) * beta,
+        beta=beta,
+        weighted_endings=0.0,
+        weighted_exposure=0.0,
+        weighted_saved=saved * beta,
+    )
+    return best_interval(known, stall, restart_cost=restart, write_seconds=write, nodes=1)
 
 
 def choose(
@@ -277,20 +366,32 @@ def choose(
     *,
     seconds_to_deadline: float | None = None,
     refused: frozenset[str] = frozenset(),
+    move_premium: float = REFUSAL_MOVE_PREMIUM,
+    half_life_seconds: float = DEFAULT_HALF_LIFE_SECONDS,
 ) -> Choice:
     """The placement for the next attempt, with the figures of every one compared.
 
     `refused`: placements that just refused this attempt (a stockout, a quota error): the attempt
     goes to the best of the others at once rather than waiting there (for the lowest cost, only
-    when that costs at most REFUSAL_MOVE_PREMIUM more: else `wait`). When every placement refused,
-    all are eligible again (the attempt waits where it is best to)."""
+    when that costs at most `move_premium` more per unit: else `wait`; math.inf: always move, as
+    a fixed failover order does). When every placement refused, all are eligible again (the
+    attempt waits where it is best to). `half_life_seconds`: how fast what was learned of an
+    idle placement fades back to its prior (the configured half-life of the rate book)."""
     if not placements:
         raise ValueError("no placement to choose from")
     if objective is Objective.COST_UNDER_DEADLINE and seconds_to_deadline is None:
         raise ValueError("lowest cost under a deadline needs the seconds to the deadline")
-    speed_per_accelerator = _speed_prior(placements, evidence)
     figures = tuple(
-        evaluate(p, evidence.get(p.name, Evidence()), costs, transfer, speed_per_accelerator)
+        evaluate(
+            p,
+            seen := evidence.get(p.name, Evidence()),
+            costs,
+            transfer,
+            1.0
+            if seen.units_per_second is not None
+            else speed_prior(p, placements, evidence) / p.accelerators,
+            half_life_seconds=half_life_seconds,
+        )
         for p in placements
     )
     eligible = [f for f in figures if f.name not in refused] or list(figures)
@@ -300,8 +401,9 @@ def choose(
     wait = (
         objective is Objective.LOWEST_COST
         and cheapest.name in refused
-        and by_cost.cost_per_unit > cheapest.cost_per_unit * (1.0 + REFUSAL_MOVE_PREMIUM)
+        and not worth_moving(by_cost, cheapest, move_premium)
     )
+    elsewhere = by_cost
     if wait:
         # Capacity elsewhere costs too much more: try the cheapest again after the backoff.
         by_cost = cheapest
@@ -309,7 +411,10 @@ def choose(
     if objective is Objective.LOWEST_COST:
         chosen, why = by_cost, f"lowest cost per unit ({_money(by_cost.cost_per_unit)})"
         if wait:
-            why += f"; refused, but the others cost over {REFUSAL_MOVE_PREMIUM:.0%} more: waiting for it"
+            why += (
+                f"; refused, but the best other ({elsewhere.name}, {_money(elsewhere.cost_per_unit)}) "
+                f"costs more than the expected wait ({_hours(cheapest.wait_seconds)}) is worth: waiting for it"
+            )
     elif objective is Objective.EARLIEST_FINISH:
         chosen, why = by_time, f"earliest expected finish ({_hours(by_time.finish_seconds)})"
     else:
@@ -338,15 +443,45 @@ def choose(
     return Choice(chosen=chosen.name, objective=objective, reason=reason, figures=figures, wait=wait)
 
 
-def _speed_prior(placements: tuple[Placement, ...], evidence: dict[str, Evidence]) -> float:
-    """Units per second per accelerator for placements not measured yet: the fastest measured
-    placement's (optimistic, so an unseen placement gets tried), else 1."""
-    measured = [
+def speed_prior(
+    placement: Placement, placements: tuple[Placement, ...], evidence: dict[str, Evidence]
+) -> float:
+    """Units per second expected of `placement` before it is measured: the fastest measured speed
+    per accelerator of the same accelerator type; without one, the most any measured placement's
+    speed per accelerator promises for it, scaled by the accelerators' peak throughput
+    (ACCELERATOR_PEAK_TFLOPS; optimistic, so an unseen kind of accelerator gets tried once); with
+    nothing measured, 1 per accelerator (every placement compares at equal speed per accelerator)."""
+    same = [
         e.units_per_second / p.accelerators
+        for p in placements
+        if p.accelerator_type == placement.accelerator_type
+        and (e := evidence.get(p.name)) is not None
+        and e.units_per_second is not None
+    ]
+    if same:  # the same accelerator measured elsewhere: its speed, not a scaled guess
+        return max(same) * placement.accelerators
+    mine = ACCELERATOR_PEAK_TFLOPS.get(placement.accelerator_type)
+    promised = [
+        e.units_per_second
+        / p.accelerators
+        * (mine / theirs if mine and (theirs := ACCELERATOR_PEAK_TFLOPS.get(p.accelerator_type)) else 1.0)
         for p in placements
         if (e := evidence.get(p.name)) is not None and e.units_per_second is not None
     ]
-    return max(measured) if measured else 1.0
+    return (max(promised) if promised else 1.0) * placement.accelerators
+
+
+def worth_moving(elsewhere: Figures, refused: Figures, move_premium: float = REFUSAL_MOVE_PREMIUM) -> bool:
+    """Lowest cost, after the cheapest refused: run the attempt `elsewhere` now, or wait for the
+    refused one? Move when it costs at most `move_premium` more per unit, or when the extra money
+    of one attempt there is at most what the wait would cost at the refused placement's own hourly
+    price: an hour of the job's time is taken to be worth an hour of its machines (so a short
+    stay a little dearer is taken, a week locked into FLEX_START at a third more is not).
+    `refused.wait_seconds`: the expected wait for it (the shell's, from its refusals)."""
+    if elsewhere.cost_per_unit <= refused.cost_per_unit * (1.0 + move_premium):
+        return True
+    extra = (elsewhere.cost_per_unit - refused.cost_per_unit) * elsewhere.units_per_attempt
+    return extra <= refused.wait_seconds / HOUR * refused.dollars_per_hour
 
 
 def _money(dollars: float) -> str:

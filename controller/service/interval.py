@@ -44,7 +44,7 @@ from controller.core.adaptive_interval import (
     exposure,
     restart_endings,
 )
-from controller.core.checkpoint_interval import CapacityClass, RateEstimate
+from controller.core.checkpoint_interval import CapacityClass, RateEstimate, prior_for
 from controller.core.interval_choice import IntervalInputs
 from controller.core.model import Attempt, JobState
 from controller.jobrecord import JobRecord
@@ -92,9 +92,12 @@ class IntervalKeeper:
         record = self.store.get(INTERVAL_LEDGER_KEY)
         return Ledger() if record is None else Ledger.from_dict(record.document)
 
-    def prior(self, capacity: CapacityClass) -> RateEstimate | None:
+    def prior(self, capacity: CapacityClass) -> RateEstimate:
+        """The class's prior, forgetting at the configured half-life (which `estimate_for` and the
+        ledger then apply to a class already in the book as well)."""
         mtbf = self.settings.interval_prior_mtbf_seconds
-        return None if mtbf is None else RateEstimate(alpha=0.5, beta=0.5 * mtbf)
+        base = prior_for(capacity) if mtbf is None else RateEstimate(alpha=0.5, beta=0.5 * mtbf)
+        return replace(base, half_life_seconds=self.settings.estimate_half_life_seconds)
 
     def capacity(self, request: JobRequest, attempt: int, on_demand: bool) -> CapacityClass:
         return capacity_class(build_custom_job(request, attempt, on_demand=on_demand), self.settings.region)

@@ -2,12 +2,14 @@
 
 import json
 import math
+import random
 from dataclasses import replace
 
 import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
+from controller.core import checkpoint_interval
 from controller.core.checkpoint_interval import (
     DEFAULT_HALF_LIFE_SECONDS,
     HOUR,
@@ -25,6 +27,7 @@ from controller.core.checkpoint_interval import (
     explain,
     loses_work,
     prior_for,
+    retimed,
     work_rate,
     young_interval,
 )
@@ -314,7 +317,13 @@ def test_explanation_names_the_estimate_its_basis_the_cost_and_the_interval():
     choice = choose_interval_detail(estimate, 45.0, 60.0, 24 * HOUR)
     text = explain(estimate, 45.0, choice)
     assert f"MTBF {estimate.mtbf / HOUR:.1f} h" in text
-    assert "3 work-losing ending(s) and 4 saved reclaim(s) in 12.0 h" in text
+    # The rates rest on the evidence as it weighs now, and the explanation says so.
+    weighted = (
+        f"{estimate.recent_endings:.3g} work-losing ending(s) and {estimate.recent_saved:.3g} saved "
+        f"reclaim(s) in {estimate.recent_exposure / HOUR:.1f} h of training, weighted over the last ~12.0 h "
+        "(half-life 12.0 h; 3 work-losing ending(s) and 4 saved reclaim(s) in 12.0 h of training in all)"
+    )
+    assert weighted in text and estimate.recent_endings < 3
     assert "C 45 s" in text
     assert f"interval {choice.seconds / 60:.1f} min" in text
     assert "prior only" in explain(
@@ -322,6 +331,39 @@ def test_explanation_names_the_estimate_its_basis_the_cost_and_the_interval():
     )
     clamped = choose_interval_detail(estimate, 45.0, 3 * HOUR, 24 * HOUR)
     assert "configured minimum" in explain(estimate, 45.0, clamped)
+
+
+def test_explanation_of_a_long_history_names_the_window_the_weights_cover_not_all_of_it():
+    estimate = SPOT_PRIOR
+    for _ in range(20):  # 200 h of training, an unsaved reclaim every 10 h
+        estimate = estimate.observe(EndingKind.RECLAIM_UNSAVED, 10 * HOUR)
+    text = explain(estimate, 45.0, choose_interval_detail(estimate, 45.0, 60.0, 24 * HOUR))
+    # 12 h / ln 2: the weighted exposure's ceiling, not the 200 h seen in all.
+    assert "weighted over the last ~17.3 h (half-life 12.0 h;" in text
+    assert "20 work-losing ending(s) and 0 saved reclaim(s) in 200.0 h of training in all" in text
+    assert f"in {estimate.recent_exposure / HOUR:.1f} h of training, weighted" in text
+    assert estimate.recent_exposure < 17.4 * HOUR
+
+
+def test_explanation_of_an_estimate_that_never_forgets_gives_the_raw_counts():
+    never = replace(SPOT_PRIOR, half_life_seconds=math.inf).update(3, 12 * HOUR, saved_reclaims=4)
+    text = explain(never, 45.0, choose_interval_detail(never, 45.0, 60.0, 24 * HOUR))
+    assert "3 work-losing ending(s) and 4 saved reclaim(s) in 12.0 h of training + prior" in text
+    assert "weighted" not in text
+
+
+def test_retimed_keeps_what_the_estimate_weighs_now_and_forgets_faster_from_then_on():
+    seen = SPOT_PRIOR.observe(EndingKind.RECLAIM_UNSAVED, 5 * HOUR)
+    fast = retimed(seen, 2 * HOUR)
+    assert fast.mean_rate == seen.mean_rate and fast.half_life_seconds == 2 * HOUR
+    assert retimed(seen, seen.half_life_seconds) is seen
+    # 10 quiet hours later the faster-forgetting estimate has let go of more of that reclaim.
+    assert (
+        fast.observe(EndingKind.SUCCEEDED, 10 * HOUR).recent_endings
+        < seen.observe(EndingKind.SUCCEEDED, 10 * HOUR).recent_endings
+    )
+    with pytest.raises(ValueError):
+        retimed(seen, 0.0)
 
 
 # --- forgetting ---------------------------------------------------------------------------------
@@ -357,6 +399,29 @@ def test_the_estimate_follows_a_rate_that_rises_and_one_that_never_forgets_lags(
         for name, e in (("forgetting", forgetting), ("never", never), ("busy", busy_only))
     }
     assert tau["busy"] < tau["forgetting"] < tau["never"]
+
+
+def test_a_few_attempts_that_the_old_rate_makes_unlikely_restart_the_estimate_from_them(monkeypatch):
+    calm = _history(SPOT_PRIOR, [30.0] * 6)
+    after_three = _history(calm, [1.0] * 3)
+    # Three reclaims within an hour each, where one per ~30 h was the rule: the estimate restarts
+    # from the new attempts (and the prior's floor) instead of averaging them with the calm days.
+    assert after_three.mean_rate * HOUR > 0.4
+    assert len(after_three.lifetimes) <= 3 and after_three.endings == 9  # the raw count stays
+    # Forgetting alone still reads about one reclaim per 5 h.
+    monkeypatch.setattr(checkpoint_interval, "CHANGE_THRESHOLD_NATS", math.inf)
+    assert _history(calm, [1.0] * 3).mean_rate * HOUR < 0.25
+
+
+def test_a_steady_rate_seldom_looks_like_a_change():
+    draw = random.Random(20261127)
+    estimate, restarts = SPOT_PRIOR, 0
+    for _ in range(400):
+        before = len(estimate.lifetimes)
+        estimate = estimate.observe(EndingKind.RECLAIM_UNSAVED, draw.expovariate(1.0 / (2 * HOUR)))
+        restarts += len(estimate.lifetimes) < before
+    assert restarts <= 8  # at most 2 % of the attempts
+    assert 0.3 < estimate.mean_rate * HOUR < 0.8  # one per 2 h
 
 
 def test_the_estimate_comes_down_again_when_the_reclaims_stop():

@@ -15,6 +15,7 @@ from controller.core.placement import (
     Transfer,
     choose,
     evaluate,
+    speed_prior,
 )
 
 H100 = (Pool("a3-highgpu-8g", "NVIDIA_H100_80GB", 8, 2),)
@@ -173,3 +174,61 @@ def test_for_the_lowest_cost_a_refusal_waits_rather_than_pay_much_more_elsewhere
     assert "waiting for it" in waiting.reason
     hurry = choose((cheap, steady), evidence, COSTS, HERE, Objective.EARLIEST_FINISH, refused=refused)
     assert (hurry.chosen, hurry.wait) == (steady.name, False)
+
+
+A100 = (Pool("a2-highgpu-8g", "NVIDIA_TESLA_A100", 8, 2),)
+
+
+def test_an_unseen_accelerator_is_expected_at_its_peak_throughput_ratio_and_tried_once():
+    slow = Placement("a100", "us-central1", A100, "SPOT", 10.0)
+    fast = Placement("h100", "us-central1", H100, "SPOT", 30.0)
+    measured = {
+        "a100": Evidence(rates=reclaimed_every(20.0, 3, slow).rates, wait_seconds=0.0, units_per_second=0.3)
+    }
+    # 989 / 312 TFLOPS: 0.95 units a second promised for the H100s, so at three times the price
+    # per hour they look cheaper per unit than the measured A100s (0.9 a second would tie).
+    assert speed_prior(fast, (slow, fast), measured) == pytest.approx(0.3 * 989 / 312)
+    assert choose((slow, fast), measured, COSTS, HERE, Objective.LOWEST_COST).chosen == "h100"
+    # Measured slower than its peak: back to the A100s.
+    measured["h100"] = Evidence(
+        rates=reclaimed_every(20.0, 3, fast).rates, wait_seconds=0.0, units_per_second=0.6
+    )
+    assert choose((slow, fast), measured, COSTS, HERE, Objective.LOWEST_COST).chosen == "a100"
+    # The same accelerator elsewhere is expected at its measured speed, not a scaled guess.
+    elsewhere = Placement("h100-east", "us-east4", H100, "SPOT", 30.0)
+    assert speed_prior(elsewhere, (slow, fast, elsewhere), measured) == pytest.approx(0.6)
+
+
+def test_what_was_learned_of_an_idle_placement_fades_back_to_its_prior():
+    busy = spot("us-central1")
+    learned = reclaimed_every(0.5, 20, busy)
+    fresh = evaluate(busy, learned, COSTS, HERE, 1.0)
+    idle = Evidence(learned.rates, learned.wait_seconds, learned.units_per_second, idle_seconds=24 * HOUR)
+    later = evaluate(busy, idle, COSTS, HERE, 1.0, half_life_seconds=12 * HOUR)
+    prior = prior_for(busy.capacity_class()).mean_rate * HOUR
+    # Two half-lives: a quarter of what was learned is left, three quarters of the prior back.
+    assert later.lost_per_hour == pytest.approx(0.25 * fresh.lost_per_hour + 0.75 * prior)
+    assert later.cost_per_unit < fresh.cost_per_unit
+
+
+def test_a_refusal_moves_for_a_short_dearer_stay_but_waits_rather_than_lock_into_a_dear_week():
+    cheap = spot("us-central1", price=30.0)
+    other = spot("us-east4", price=36.0)  # a fifth dearer: over the 10 % premium
+    flex = Placement("flex", "us-east5", H100, "FLEX_START", 40.0)
+    rates = reclaimed_every(3.0, 10, cheap).rates
+    refused = frozenset({cheap.name})
+
+    def after_refusal(wait_hours: float, alternative: Placement) -> str:
+        evidence = {
+            cheap.name: Evidence(rates, wait_hours * HOUR, 1.0),
+            alternative.name: Evidence(rates if alternative.strategy == "SPOT" else None, 0.0, 1.0),
+        }
+        choice = choose((cheap, alternative), evidence, COSTS, HERE, Objective.LOWEST_COST, refused=refused)
+        return "wait" if choice.wait else choice.chosen
+
+    # An attempt on the other Spot placement keeps about 3 h of work for about 20 % more: worth it
+    # when the stockout is expected to last hours, not when it is expected to end in minutes.
+    assert after_refusal(4.0, other) == other.name
+    assert after_refusal(0.05, other) == "wait"
+    # FLEX_START holds its machines up to 7 days: the whole remaining job at a third more.
+    assert after_refusal(4.0, flex) == "wait"

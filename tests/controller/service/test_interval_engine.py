@@ -48,7 +48,7 @@ def interval_env(stack, job_id: str) -> dict[str, set[str]]:
 def test_a_sigkilled_attempt_teaches_the_ledger_once_and_the_next_attempt_gets_a_shorter_interval(
     devstack, bucket, make_engine
 ):
-    engine = make_engine(interval_prior_mtbf_seconds=600)
+    engine = make_engine(interval_prior_mtbf_seconds=600, estimate_half_life_seconds=7200)
     assert accept(engine, auto_request("auto-1", bucket)).status == "accepted"
     doc = drive(
         engine, "auto-1", lambda d: d["phase"] == "running" and (d["latestCheckpointStep"] or 0) >= 10
@@ -66,6 +66,8 @@ def test_a_sigkilled_attempt_teaches_the_ledger_once_and_the_next_attempt_gets_a
 
     estimate = Ledger.from_dict(engine.store.get(INTERVAL_LEDGER_KEY).document).book.estimate(CAPACITY)
     assert estimate.endings == 1 and estimate.exposure_seconds > 0
+    # The configured half-life (RELAUNCH_ESTIMATE_HALF_LIFE_SECONDS), not the default 12 h.
+    assert estimate.half_life_seconds == 7200
     chosen = second["checkpointInterval"]
     assert chosen["mode"] == "auto" and chosen["endings"] == 1
     assert chosen["costSource"].startswith("commit markers") and chosen["stallSeconds"] == 0.02
@@ -89,6 +91,7 @@ def test_a_sigkilled_attempt_teaches_the_ledger_once_and_the_next_attempt_gets_a
     page = describe_job(doc, now=second["requestedAt"])
     assert "attempt 1 interval: work-losing endings" in page and "prior only" in page
     assert "attempt 2 interval: work-losing endings" in page and "1 work-losing ending(s)" in page
+    assert "weighted over the last" in page and "half-life 2.0 h" in page
 
     engine.cancel("auto-1")
     assert drive(engine, "auto-1", terminal)["phase"] == "cancelled"
