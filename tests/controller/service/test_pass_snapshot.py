@@ -110,22 +110,27 @@ class _MeetingProbe(CheckpointProbe):
                 self.done.notify_all()
 
 
-def test_the_passes_probes_run_concurrently_at_most_one_per_worker(devstack, bucket, alerts_topic):
-    workers = 3
-    engine = gcs_store_engine(devstack, bucket, alerts_topic, progress_probes_per_pass=2 * workers)
-    job_ids = _running(engine, bucket, "probed", 2 * workers)
+def test_the_passes_probes_run_concurrently_on_the_sweeps_share_of_the_workers(
+    devstack, bucket, alerts_topic
+):
+    # The pass's looks (and so its probes) take at most a quarter of the workers at once
+    # (workqueue.WorkQueue, `max_sweeping`), so that a Vertex event always finds a free worker.
+    workers = 8
+    share = workers // 4
+    engine = gcs_store_engine(devstack, bucket, alerts_topic, progress_probes_per_pass=2 * share)
+    job_ids = _running(engine, bucket, "probed", 2 * share)
     _settled(engine)
-    probe = _MeetingProbe(workers)
+    probe = _MeetingProbe(share)
     engine.reconciler.observer.checkpoints = probe
     engine.queue.start(workers, engine.sources.serve, name="test-reconcile")
     try:
         engine.sources.run_pass()
         with probe.lock:
-            assert probe.done.wait_for(lambda: probe.calls == 2 * workers, timeout=120), probe.calls
+            assert probe.done.wait_for(lambda: probe.calls == 2 * share, timeout=120), probe.calls
     finally:
         engine.queue.stop()
 
-    assert not probe.broken  # every probe met `workers` others in flight
-    assert probe.most_in_flight == workers  # and never more than the workers
+    assert not probe.broken  # every probe met `share` others in flight
+    assert probe.most_in_flight == share  # and never more than the sweep's share
     for job_id in job_ids:
         engine.cancel(job_id)
