@@ -12,7 +12,8 @@ What the choice reads, and where it comes from:
   checkpoint costs and where its checkpoint lives: the shell gathers them (`PlacementInputs`)
   when a SubmitAttempt lacks its placement (`wanted`), as it does for the interval;
 - waits and speeds per placement: the job's own attempts, here (pure, from the state), each
-  weighted by `EVIDENCE_HALF_LIFE_SECONDS` of age so an old stockout or an old speed fades. A
+  weighted by age at the configured half-life (`PlacementInputs.half_life_seconds`; 12 h by
+  default) so an old stockout or an old speed fades. A
   speed belongs to the machines, not to the region: placements with the same pools (machine
   type, accelerators, replicas) share one measured speed, so two regions of one shape are
   compared by price and reclaims, not by the noise of two start-ups;
@@ -56,6 +57,9 @@ class PlacementInputs:
     rates: dict[str, RateEstimate]  # by placement name; absent: the strategy's prior
     costs: JobCosts  # C, W, R measured; remaining_units replaced from the state when known
     transfer: Transfer  # where the latest checkpoint is (None: a multi- or dual-region root)
+    # How fast old evidence fades, for the job's own waits and speeds and for the placement
+    # choice's rates: the configured RELAUNCH_ESTIMATE_HALF_LIFE_SECONDS, as the rate book's.
+    half_life_seconds: float = EVIDENCE_HALF_LIFE_SECONDS
 
 
 def wanted(actions: Iterable[Action]) -> bool:
@@ -75,9 +79,15 @@ def refused(state: JobState, before: int) -> frozenset[str]:
     return frozenset(names)
 
 
-def evidence(state: JobState, now: float, shapes: dict[str, object] | None = None) -> dict[str, Evidence]:
+def evidence(
+    state: JobState,
+    now: float,
+    shapes: dict[str, object] | None = None,
+    half_life_seconds: float = EVIDENCE_HALF_LIFE_SECONDS,
+) -> dict[str, Evidence]:
     """Waits and speeds each placement showed this job (rates come from the book: the shell).
-    `shapes`: placement name -> its machines; the speed of one is the speed of all its shape's."""
+    `shapes`: placement name -> its machines; the speed of one is the speed of all its shape's.
+    Each attempt weighs half as much per `half_life_seconds` since it ended."""
     shapes = shapes or {}
     waits: dict[str, list[tuple[float, float]]] = {}
     speeds: dict[str, list[tuple[float, float]]] = {}
@@ -85,7 +95,7 @@ def evidence(state: JobState, now: float, shapes: dict[str, object] | None = Non
         if attempt.placement is None:
             continue
         name = str(attempt.placement["chosen"])
-        weight = _weight(attempt, now)
+        weight = _weight(attempt, now, half_life_seconds)
         asked = attempt.submitted_at if attempt.submitted_at is not None else attempt.intent_at
         if attempt.started_at is not None:
             waits.setdefault(name, []).append((weight, max(0.0, attempt.started_at - asked)))
@@ -151,7 +161,7 @@ def _placed(
 
 
 def _choose(state: JobState, attempt: Attempt, inputs: PlacementInputs, now: float) -> Choice:
-    seen = evidence(state, now, {p.name: p.pools for p in inputs.placements})
+    seen = evidence(state, now, {p.name: p.pools for p in inputs.placements}, inputs.half_life_seconds)
     per_placement = {
         p.name: replace(seen.get(p.name, Evidence()), rates=inputs.rates.get(p.name))
         for p in inputs.placements
@@ -172,6 +182,7 @@ def _choose(state: JobState, attempt: Attempt, inputs: PlacementInputs, now: flo
         objective,
         seconds_to_deadline=deadline,
         refused=refused(state, attempt.number),
+        half_life_seconds=inputs.half_life_seconds,
     )
 
 
@@ -185,9 +196,9 @@ def _speed(attempt: Attempt) -> float | None:
     return steps / seconds if steps > 0 and seconds > 0 else None
 
 
-def _weight(attempt: Attempt, now: float) -> float:
+def _weight(attempt: Attempt, now: float, half_life_seconds: float) -> float:
     at = attempt.ended_at if attempt.ended_at is not None else now
-    return math.pow(0.5, max(0.0, now - at) / EVIDENCE_HALF_LIFE_SECONDS)
+    return math.pow(0.5, max(0.0, now - at) / half_life_seconds)
 
 
 def _mean(pairs: list[tuple[float, float]] | None) -> float | None:

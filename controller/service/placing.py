@@ -55,4 +55,5 @@ def placement_inputs(request: JobRequest, intervals: IntervalKeeper) -> Placemen
             remaining_units=DEFAULT_REMAINING_UNITS,
         ),
         transfer=Transfer(checkpoint_region=None),
+        half_life_seconds=intervals.settings.estimate_half_life_seconds,
     )

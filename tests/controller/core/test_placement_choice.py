@@ -191,6 +191,10 @@ def test_waits_and_speeds_come_from_the_jobs_own_attempts_and_old_ones_fade():
     fresh = replace(fresh, submitted_at=later - 1100, started_at=later - 1000, ended_at=later)
     state = replace(run.state, attempts=(old, fresh))
     assert abs(evidence(state, later)["spot-a"].units_per_second - 0.5) < 0.01  # 0.3 unweighted
+    # The configured half-life sets the scale: at 30 days ten days is a small age, and the
+    # old attempt still pulls the speed well below the fresh one's.
+    month = 30 * 24 * 3600.0
+    assert evidence(state, later, half_life_seconds=month)["spot-a"].units_per_second < 0.4
 
 
 def test_a_speed_measured_in_one_region_is_the_speed_of_the_same_machines_in_another():
