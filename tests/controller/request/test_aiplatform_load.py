@@ -6,7 +6,6 @@ slow stand-in (our own seam, no Google class), and the threads are released toge
 from __future__ import annotations
 
 import threading
-import time
 import types
 
 import pytest
@@ -18,21 +17,21 @@ from controller.request import aiplatform
 def fresh(monkeypatch):
     monkeypatch.setattr(aiplatform, "_module", None)
     calls: list[str] = []
-    inside = threading.Event()
+    inside, release = threading.Event(), threading.Event()
 
     def slow_import(name: str) -> types.ModuleType:
         calls.append(name)
         inside.set()
-        time.sleep(0.2)  # the import's own duration, so that the other threads arrive during it
+        release.wait(timeout=30)  # the import takes as long as the test says
         return types.SimpleNamespace(CustomJobSpec="spec")  # type: ignore[return-value]
 
     monkeypatch.setattr(aiplatform.importlib, "import_module", slow_import)
-    return calls, inside
+    return calls, inside, release
 
 
 def test_threads_that_reach_for_the_package_together_import_it_once(fresh):
-    calls, inside = fresh
-    start, got = threading.Barrier(8), []
+    calls, inside, release = fresh
+    start, got = threading.Barrier(9), []  # eight threads and this one
 
     def first_use():
         start.wait()
@@ -41,6 +40,9 @@ def test_threads_that_reach_for_the_package_together_import_it_once(fresh):
     threads = [threading.Thread(target=first_use) for _ in range(8)]
     for thread in threads:
         thread.start()
+    start.wait()  # all eight are reaching for the package now
+    assert inside.wait(timeout=30)  # one of them is inside the import, the others arrive meanwhile
+    release.set()
     for thread in threads:
         thread.join(timeout=30)
     assert calls == ["google.cloud.aiplatform_v1"]
@@ -48,6 +50,7 @@ def test_threads_that_reach_for_the_package_together_import_it_once(fresh):
 
 
 def test_once_loaded_a_read_does_not_wait_for_the_lock(fresh):
+    fresh[2].set()
     aiplatform.load()
     with aiplatform._lock:  # held by someone else: a loaded module is still read at once
         assert aiplatform.aiplatform_v1.CustomJobSpec == "spec"
