@@ -27,6 +27,15 @@ def entry(now: float, attempt: int, what: str, **extra: Any) -> Json:
     return {"time": now, "attempt": attempt, "what": what, **extra}
 
 
+def _newly_set(old: JobState, new: JobState, field: str) -> Any:
+    """The current attempt's `field` when this transition set it (None before, or a new attempt);
+    None otherwise."""
+    value = getattr(new.current, field) if new.current else None
+    same = old.current is not None and new.current is not None and old.current.number == new.current.number
+    was = getattr(old.current, field) if same else None
+    return value if was is None else None
+
+
 def transition_entries(
     old: JobState, new: JobState, event: ev.Event, actions: Iterable[Action], now: float
 ) -> list[Json]:
@@ -68,13 +77,8 @@ def transition_entries(
                 **({"replicas": list(current.replicas)} if current.replicas is not None else {}),
             )
         )
-    chosen = new.current.checkpoint_interval if new.current else None
-    was = (
-        old.current.checkpoint_interval
-        if old.current and new.current and old.current.number == new.current.number
-        else None
-    )
-    if chosen is not None and was is None:
+    chosen = _newly_set(old, new, "checkpoint_interval")
+    if chosen is not None:
         entries.append(
             entry(
                 now,
@@ -84,13 +88,8 @@ def transition_entries(
                 explanation=chosen.get("explanation", ""),
             )
         )
-    placed = new.current.placement if new.current else None
-    was_placed = (
-        old.current.placement
-        if old.current and new.current and old.current.number == new.current.number
-        else None
-    )
-    if placed is not None and was_placed is None:
+    placed = _newly_set(old, new, "placement")
+    if placed is not None:
         # The choice and every figure it compared (`controller.core.placement.Choice`).
         entries.append(
             entry(
