@@ -6,11 +6,18 @@ import os
 import uuid
 
 import pytest
+from hypothesis import settings
 
 # `pubsub_backend`: Pub/Sub tests run against devstack and Google's own emulator.
 pytest_plugins = ["pytester", "tests.support.pubsub_backends"]
 
 PROJECT = "relaunch-dev"
+
+# Property tests assert what holds for every input, never how fast: Hypothesis's default 200 ms
+# deadline per example turns a loaded machine (CI, or several suites at once) into failures of
+# tests that are right, so the suite runs without it.
+settings.register_profile("relaunch", deadline=None)
+settings.load_profile("relaunch")
 
 # The fast lane (`make test-fast`) leaves out every test marked `integration`: those that use
 # devstack (or its GCS stand-in) or start processes (controllers, trainers, a browser, shell
