@@ -9,9 +9,9 @@ and endpoint each), the controller as a real process (`relaunch controller`, via
 `controller.cli.demo.Demo`, which watches both regions), and one job of the real trainer (the
 built-in tiny GPT on CPU, DDP, a chief and one worker) whose request lists:
 
-    spot-a  us-central1   2 x n1-standard-4  SPOT        $1.00 a node-hour
-    spot-b  europe-west4  2 x n1-standard-4  SPOT        $1.05
-    flex-b  europe-west4  2 x n1-standard-8  FLEX_START  $1.09, maxWait 10m
+    spot-a  us-central1   2 x g2-standard-4  SPOT        $1.00 a node-hour
+    spot-b  europe-west4  2 x g2-standard-4  SPOT        $1.05
+    flex-b  europe-west4  2 x g2-standard-8  FLEX_START  $1.09, maxWait 10m
 
 so under the objective lowest-cost the controller prefers spot-a, then spot-b, then flex-b
 (within the 10 % a refused attempt may move for). The story, played at steps of the chief's log
@@ -44,12 +44,15 @@ from controller.core.model import TERMINAL_PHASE_NAMES
 
 A, B = "us-central1", "europe-west4"
 BUCKET = "relaunch-demo"  # Demo.start creates it
-SPOT_MACHINE, FLEX_MACHINE = "n1-standard-4", "n1-standard-8"
+# FLEX_START takes GPUs only (docs/requests.md): the job asks for one L4 a replica, which devstack
+# records and does not emulate, so its replicas train on the CPU.
+SPOT_MACHINE, FLEX_MACHINE = "g2-standard-4", "g2-standard-8"
+GPU = {"acceleratorType": "NVIDIA_L4", "acceleratorCount": 1}
 GRACE_SECONDS = 20.0
 
 
 def placement(name: str, region: str, machine: str, strategy: str, price: float, **extra) -> dict:
-    pool = {"machineType": machine, "acceleratorType": "", "acceleratorCount": 0, "replicaCount": 1}
+    pool = {"machineType": machine, **GPU, "replicaCount": 1}
     return {
         "name": name,
         "region": region,
@@ -94,7 +97,11 @@ def job_request(job_id: str, steps: int) -> dict:
         ],  # fmt: skip
         "env": [{"name": "OMP_NUM_THREADS", "value": "1"}],  # two ranks share two cores
     }
-    pool = {"machineSpec": {"machineType": SPOT_MACHINE}, "containerSpec": container, "replicaCount": 1}
+    pool = {
+        "machineSpec": {"machineType": SPOT_MACHINE, **GPU},
+        "containerSpec": container,
+        "replicaCount": 1,
+    }
     return {
         "jobId": job_id,
         "jobSpec": {"workerPoolSpecs": [pool, pool], "scheduling": {"strategy": "SPOT", "timeout": "3600s"}},

@@ -229,8 +229,11 @@ class Client:
         before publishing anything. Then waits up to `verdict_seconds` for the controller.
         """
         from controller.request import CancelRequest, Problem, RequestInvalid, parse_request
+        from controller.settings import environ_prices
 
-        parsed = parse_request(_request_bytes(request), allow_local_checkpoints=allow_local)
+        parsed = parse_request(
+            _request_bytes(request), allow_local_checkpoints=allow_local, prices=environ_prices()
+        )
         if isinstance(parsed, CancelRequest):
             raise RequestInvalid([Problem("action", f"a cancel request; use cancel({parsed.job_id!r})")])
         stored = self._stored_if_any(parsed.job_id)

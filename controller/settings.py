@@ -8,10 +8,15 @@ the README's copy is stale.
 
 from __future__ import annotations
 
+import functools
+import json
+import os
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, AliasChoices, Field, TypeAdapter, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from controller.core.prices import PriceTable, PriceTableInvalid
 
 
 def _store_url(url: str) -> str:
@@ -19,6 +24,32 @@ def _store_url(url: str) -> str:
     if scheme not in ("sqlite", "gs") or not rest.strip("/"):
         raise ValueError("must be sqlite:///path/to/state.db or gs://bucket/prefix")
     return url
+
+
+@functools.lru_cache(maxsize=4)
+def read_price_table(value: str) -> PriceTable:
+    """The table from inline JSON (starting with `{`) or from the JSON file `value` names (a
+    mounted secret or config file on Cloud Run); empty when unset. Read once per value."""
+    if not value.strip():
+        return PriceTable()
+    text = value
+    if not value.lstrip().startswith("{"):
+        try:
+            with open(value, encoding="utf-8") as handle:
+                text = handle.read()
+        except OSError as error:
+            raise ValueError(f"cannot read the price table file: {error.strerror or error}") from None
+    try:
+        return PriceTable.from_json(json.loads(text))
+    except json.JSONDecodeError as error:
+        raise ValueError(f"is not JSON: {error}") from None
+    except PriceTableInvalid as error:
+        raise ValueError(str(error)) from None
+
+
+def _price_table(value: str) -> str:
+    read_price_table(value)  # a bad table fails at start-up, naming the variable
+    return value
 
 
 class Settings(BaseSettings):
@@ -277,6 +308,16 @@ class Settings(BaseSettings):
         None, description="Name of this instance in the lease (unset: host-pid)."
     )
     log_level: str = Field("INFO", description="Minimum log severity.")
+    price_table: Annotated[str, AfterValidator(_price_table)] = Field(
+        "",
+        description="Prices per node hour for placements that name none: a JSON file's path, or the "
+        'JSON itself ({"prices": [{region, machineType, acceleratorType, strategy, pricePerNodeHour, '
+        "date, source}]}); docs/requests.md, *Placements*.",
+    )
+
+    @property
+    def prices(self) -> PriceTable:
+        return read_price_table(self.price_table)
 
     @property
     def checkpoint_bucket_allow_list(self) -> frozenset[str]:
@@ -340,6 +381,16 @@ def load() -> Settings:
         return Settings()
     except ValidationError as error:
         raise InvalidSetting(explain(error)) from None
+
+
+def environ_prices() -> PriceTable:
+    """The price table the environment names (RELAUNCH_PRICE_TABLE), for the CLI and the client,
+    which check a request as the controller will; InvalidSetting names a bad table."""
+    value = os.environ.get("RELAUNCH_PRICE_TABLE", "")
+    try:
+        return read_price_table(value)
+    except ValueError as error:
+        raise InvalidSetting(f"RELAUNCH_PRICE_TABLE={value!r}: {error}") from None
 
 
 def check(name: str, value: str) -> None:

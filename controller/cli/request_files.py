@@ -28,8 +28,14 @@ def load_request_file(path: str, *, allow_local: bool):
                 data = handle.read(MAX_REQUEST_BYTES + 1)
     except OSError as error:
         return None, [Problem("file", f"cannot be read: {error.strerror or error}")]
+    from controller.settings import InvalidSetting, environ_prices
+
     try:
-        return parse_request(data, allow_local_checkpoints=allow_local), []
+        prices = environ_prices()
+    except InvalidSetting as error:
+        return None, [Problem("RELAUNCH_PRICE_TABLE", str(error))]
+    try:
+        return parse_request(data, allow_local_checkpoints=allow_local, prices=prices), []
     except RequestInvalid as invalid:
         return None, invalid.problems
 

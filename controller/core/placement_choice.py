@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from controller.core.actions import Action, ScheduleWakeup, SubmitAttempt
 from controller.core.checkpoint_interval import RateEstimate
@@ -60,6 +60,9 @@ class PlacementInputs:
     # How fast old evidence fades, for the job's own waits and speeds and for the placement
     # choice's rates: the configured RELAUNCH_ESTIMATE_HALF_LIFE_SECONDS, as the rate book's.
     half_life_seconds: float = EVIDENCE_HALF_LIFE_SECONDS
+    # Where each placement's price came from when not the request: name -> the price table's
+    # date and source (`controller.core.prices`). The reason names every price's origin.
+    price_sources: dict[str, str] = field(default_factory=dict)
 
 
 def wanted(actions: Iterable[Action]) -> bool:
@@ -148,7 +151,7 @@ def _placed(
     if attempt.placement is None:
         if inputs is None:
             return state, [action]  # the shell gathers the inputs and decides again
-        choice = _choose(state, attempt, inputs, now)
+        choice = with_price_sources(_choose(state, attempt, inputs, now), inputs)
         attempts = list(state.attempts)
         attempts[index] = attempt = replace(attempt, placement=choice.to_dict())
         state = replace(state, attempts=tuple(attempts))
@@ -184,6 +187,16 @@ def _choose(state: JobState, attempt: Attempt, inputs: PlacementInputs, now: flo
         refused=refused(state, attempt.number),
         half_life_seconds=inputs.half_life_seconds,
     )
+
+
+def with_price_sources(choice: Choice, inputs: PlacementInputs) -> Choice:
+    """The reason, followed by where the prices it compared came from."""
+    by_source: dict[str, list[str]] = {}
+    for p in inputs.placements:
+        origin = inputs.price_sources.get(p.name, "the request")
+        by_source.setdefault(origin, []).append(f"{p.name} ${p.price_per_node_hour:.4g}")
+    prices = "; ".join(f"from {origin}: {', '.join(names)}" for origin, names in by_source.items())
+    return replace(choice, reason=f"{choice.reason}; prices per node hour {prices}")
 
 
 def _speed(attempt: Attempt) -> float | None:

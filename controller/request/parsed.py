@@ -16,6 +16,7 @@ from controller.core.adaptive_interval import IntervalSetting
 from controller.core.elastic import ElasticPolicy
 from controller.core.placement import Objective, Placement
 from controller.core.policy import RestartPolicy
+from controller.core.prices import PriceTable
 from controller.request.elastic import elastic_policy, split_min_replicas, with_min_replicas
 from controller.request.fields import (
     CancelRequestModel,
@@ -66,6 +67,9 @@ class JobRequest:
     placements: tuple[Placement, ...] = ()
     objective: Objective | None = None
     deadline: str | None = None
+    # Placements priced by the controller's price table (name -> its date and source): the
+    # price is not the request's, so the canonical form leaves it out.
+    price_sources: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict:
         """Canonical camelCase form; `parse_request` accepts it back and yields an equal request."""
@@ -92,7 +96,9 @@ class JobRequest:
         if self.elastic is not None:
             document["elastic"] = self.elastic.to_request_json()
         if self.placements:
-            document["placements"] = [placement_to_json(p) for p in self.placements]
+            document["placements"] = [
+                placement_to_json(p, from_table=p.name in self.price_sources) for p in self.placements
+            ]
             document["objective"] = (self.objective or Objective.LOWEST_COST).value
             if self.deadline is not None:
                 document["deadline"] = self.deadline
@@ -109,7 +115,7 @@ class JobRequest:
 
 
 def parse_request(
-    raw: bytes | str | Mapping, *, allow_local_checkpoints: bool = False
+    raw: bytes | str | Mapping, *, allow_local_checkpoints: bool = False, prices: PriceTable | None = None
 ) -> JobRequest | CancelRequest:
     """Parse and validate a job or cancel request; raise `RequestInvalid` listing every problem.
 
@@ -119,9 +125,11 @@ def parse_request(
     Whatever `raw` holds, the outcome is a request or `RequestInvalid`: the loader maps every
     failure it knows of to a field and a reason, and anything else a decoder or validator raises
     (a bug, or exhausted memory) becomes a reason too, never an exception the caller must know.
+    `prices` is the controller's price table: a placement without `pricePerNodeHour` takes its
+    price from it, and one the table does not price either is a field error.
     """
     try:
-        return _parse(raw, allow_local_checkpoints)
+        return _parse(raw, allow_local_checkpoints, prices or PriceTable())
     except RequestInvalid:
         raise
     except MemoryError:
@@ -135,7 +143,9 @@ def parse_request(
         raise RequestInvalid([Problem("request", reason)]) from error
 
 
-def _parse(raw: bytes | str | Mapping, allow_local_checkpoints: bool) -> JobRequest | CancelRequest:
+def _parse(
+    raw: bytes | str | Mapping, allow_local_checkpoints: bool, prices: PriceTable
+) -> JobRequest | CancelRequest:
     document = load_document(raw)
     if not isinstance(document, dict):
         raise RequestInvalid(
@@ -148,7 +158,7 @@ def _parse(raw: bytes | str | Mapping, allow_local_checkpoints: bool) -> JobRequ
         )
     if "action" in document:
         return _parse_cancel(document)
-    return _parse_job(document, allow_local_checkpoints)
+    return _parse_job(document, allow_local_checkpoints, prices)
 
 
 def _parse_cancel(document: dict) -> CancelRequest:
@@ -164,7 +174,7 @@ def _parse_cancel(document: dict) -> CancelRequest:
     return CancelRequest(job_id=model.job_id)
 
 
-def _parse_job(document: dict, allow_local_checkpoints: bool) -> JobRequest:
+def _parse_job(document: dict, allow_local_checkpoints: bool, prices: PriceTable) -> JobRequest:
     problems: list[Problem] = []
     model = None
     try:
@@ -196,7 +206,9 @@ def _parse_job(document: dict, allow_local_checkpoints: bool) -> JobRequest:
     placement_models, placement_field_problems = parse_placements(document.get("placements"))
     problems.extend(placement_field_problems)
     if model is not None and spec is not None and not placement_field_problems:
-        problems.extend(placement_problems(placement_models, model.objective, model.deadline, spec, minimums))
+        problems.extend(
+            placement_problems(placement_models, model.objective, model.deadline, spec, minimums, prices)
+        )
 
     if problems or model is None or spec is None:
         raise RequestInvalid(problems or [Problem("request", "is not a valid job request")])
@@ -210,9 +222,12 @@ def _parse_job(document: dict, allow_local_checkpoints: bool) -> JobRequest:
         labels=dict(model.labels),
         checkpoint_interval=model.checkpoint.interval_setting,
         elastic=elastic,
-        placements=tuple(p.to_placement() for p in placement_models or ()),
+        placements=tuple(p.to_placement(prices) for p in placement_models or ()),
         objective=Objective(model.objective) if model.objective is not None else None,
         deadline=model.deadline,
+        price_sources={
+            p.name: priced.source for p in placement_models or () if (priced := p.priced(prices)) is not None
+        },
     )
 
 

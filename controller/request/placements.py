@@ -10,12 +10,13 @@ its batch-size rule). The choice between them is `controller.core.placement`'s.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator
 
 from controller.core.placement import Objective, Placement, Pool
+from controller.core.prices import Priced, PriceTable
 from controller.request.aiplatform import aiplatform_v1
 from controller.request.fields import _Strict, parse_duration, problems_from_pydantic
 from controller.request.problems import Problem
@@ -23,6 +24,22 @@ from controller.request.problems import Problem
 PLACEMENT_NAME_PATTERN = "^[a-z][a-z0-9-]{0,39}$"
 REGION_PATTERN = "^[a-z]+-[a-z]+[0-9]+$"
 OBJECTIVES = tuple(o.value for o in Objective)
+
+# Dynamic Workload Scheduler (FLEX_START) requirements, from "Schedule training jobs based on
+# resource availability" (https://cloud.google.com/vertex-ai/docs/training/schedule-jobs-dws):
+# the job requests L4, A100, H100, H200 or B200 GPUs, its timeout is at most 7 days, and every
+# worker pool uses the same machine configuration. (maxWaitDuration has no documented upper
+# bound: 0 waits indefinitely, unset is 1 day.)
+FLEX_START_ACCELERATORS = (
+    "NVIDIA_L4",
+    "NVIDIA_TESLA_A100",
+    "NVIDIA_A100_80GB",
+    "NVIDIA_H100_80GB",
+    "NVIDIA_H100_MEGA_80GB",
+    "NVIDIA_H200_141GB",
+    "NVIDIA_B200",
+)
+FLEX_START_MAX_TIMEOUT = timedelta(days=7)
 
 
 class PoolModel(_Strict):
@@ -49,7 +66,12 @@ class PlacementModel(_Strict):
     region: str = Field(pattern=REGION_PATTERN, description="Vertex region, e.g. us-central1")
     worker_pools: list[PoolModel] = Field(min_length=1, max_length=4)
     strategy: Literal["SPOT", "FLEX_START", "STANDARD"]
-    price_per_node_hour: float = Field(ge=0, le=10000, description="Dollars per replica-hour.")
+    price_per_node_hour: float | None = Field(
+        None,
+        ge=0,
+        le=10000,
+        description="Dollars per replica-hour; omitted: the price table's (RELAUNCH_PRICE_TABLE).",
+    )
     max_wait: Any = Field(
         None,
         description="FLEX_START only: how long the Dynamic Workload Scheduler may queue the request "
@@ -64,16 +86,29 @@ class PlacementModel(_Strict):
             parse_duration(value, "maxWait")
         return value
 
-    def to_placement(self) -> Placement:
+    def pools(self) -> tuple[Pool, ...]:
+        return tuple(
+            Pool(p.machine_type, p.accelerator_type, p.accelerator_count, p.replica_count)
+            for p in self.worker_pools
+        )
+
+    def priced(self, prices: PriceTable) -> Priced | None:
+        """The table's price where the request names none; None where it names one (or the
+        table has none: `placement_problems` reports that)."""
+        if self.price_per_node_hour is not None:
+            return None
+        return prices.price(self.region, self.pools(), self.strategy)
+
+    def to_placement(self, prices: PriceTable) -> Placement:
+        priced = self.priced(prices)
+        price = priced.price_per_node_hour if priced is not None else self.price_per_node_hour
+        assert price is not None  # placement_problems refused a placement with neither
         return Placement(
             name=self.name,
             region=self.region,
-            pools=tuple(
-                Pool(p.machine_type, p.accelerator_type, p.accelerator_count, p.replica_count)
-                for p in self.worker_pools
-            ),
+            pools=self.pools(),
             strategy=self.strategy,
-            price_per_node_hour=self.price_per_node_hour,
+            price_per_node_hour=price,
             max_wait_seconds=None if self.max_wait is None else parse_duration(self.max_wait, "maxWait"),
         )
 
@@ -94,8 +129,9 @@ def parse_placements(raw: Any) -> tuple[list[PlacementModel] | None, list[Proble
     return models, problems
 
 
-def placement_to_json(placement: Placement) -> dict[str, Any]:
-    """The canonical request form of one placement."""
+def placement_to_json(placement: Placement, from_table: bool = False) -> dict[str, Any]:
+    """The canonical request form of one placement; a price from the table is left out, so the
+    request's fingerprint does not change with the controller's configuration."""
     document: dict[str, Any] = {
         "name": placement.name,
         "region": placement.region,
@@ -109,8 +145,9 @@ def placement_to_json(placement: Placement) -> dict[str, Any]:
             for p in placement.pools
         ],
         "strategy": placement.strategy,
-        "pricePerNodeHour": placement.price_per_node_hour,
     }
+    if not from_table:
+        document["pricePerNodeHour"] = placement.price_per_node_hour
     if placement.max_wait_seconds is not None:
         document["maxWait"] = placement.max_wait_seconds
     return document
@@ -122,6 +159,7 @@ def placement_problems(
     deadline: str | None,
     spec: Any,
     minimums: dict[int, int],
+    prices: PriceTable,
 ) -> list[Problem]:
     """Problems of the placements against the jobSpec (parsed) and each other."""
     problems: list[Problem] = []
@@ -150,6 +188,9 @@ def placement_problems(
         seen.setdefault(placement.name, index)
         if placement.max_wait is not None and placement.strategy != "FLEX_START":
             problems.append(Problem(f"{where}.maxWait", "applies to FLEX_START only"))
+        problems.extend(_price_problems(where, placement, prices))
+        if placement.strategy == "FLEX_START":
+            problems.extend(_flex_start_problems(where, placement, spec))
         if len(placement.worker_pools) != len(pools):
             problems.append(
                 Problem(
@@ -181,6 +222,67 @@ def placement_problems(
                 )
                 problems.append(Problem(f"{path}.replicaCount", f"must be {rule} (got {mine.replica_count})"))
     return problems
+
+
+def _flex_start_problems(where: str, placement: PlacementModel, spec: Any) -> list[Problem]:
+    """What Vertex requires of a job scheduled by the Dynamic Workload Scheduler (see
+    FLEX_START_ACCELERATORS' source), checked here so it is a field error, not a refused attempt."""
+    problems = []
+    rule = "(Vertex's Dynamic Workload Scheduler requirement)"
+    for k, pool in enumerate(placement.worker_pools):
+        if pool.accelerator_type not in FLEX_START_ACCELERATORS or pool.accelerator_count < 1:
+            problems.append(
+                Problem(
+                    f"{where}.workerPools[{k}].acceleratorType",
+                    f"FLEX_START needs GPUs, one of {', '.join(FLEX_START_ACCELERATORS)} {rule} (got "
+                    f"{pool.accelerator_type or 'none'} x {pool.accelerator_count})",
+                )
+            )
+    first = placement.worker_pools[0]
+    for k, pool in enumerate(placement.worker_pools[1:], start=1):
+        if (pool.machine_type, pool.accelerator_type, pool.accelerator_count) != (
+            first.machine_type,
+            first.accelerator_type,
+            first.accelerator_count,
+        ):
+            problems.append(
+                Problem(
+                    f"{where}.workerPools[{k}]",
+                    f"FLEX_START needs the same machines in every pool as workerPools[0] "
+                    f"({first.machine_type}, {first.accelerator_type or 'no accelerator'} x "
+                    f"{first.accelerator_count}) {rule}",
+                )
+            )
+    timeout = spec.scheduling.timeout if "scheduling" in spec else None
+    if timeout and timeout > FLEX_START_MAX_TIMEOUT:
+        problems.append(
+            Problem(
+                f"{where}.strategy",
+                f"FLEX_START needs jobSpec.scheduling.timeout at most 7 days {rule} (got {timeout})",
+            )
+        )
+    return problems
+
+
+def _price_problems(where: str, placement: PlacementModel, prices: PriceTable) -> list[Problem]:
+    """A placement without pricePerNodeHour needs the table's price for every one of its pools."""
+    if placement.price_per_node_hour is not None:
+        return []
+    missing = prices.missing(placement.region, placement.pools(), placement.strategy)
+    if not missing:
+        return []
+    shapes = ", ".join(
+        f"workerPools[{k}] ({placement.worker_pools[k].machine_type}"
+        f"{' ' + placement.worker_pools[k].accelerator_type if placement.worker_pools[k].accelerator_type else ''})"
+        for k in missing
+    )
+    return [
+        Problem(
+            f"{where}.pricePerNodeHour",
+            f"is required: the controller's price table (RELAUNCH_PRICE_TABLE) has no {placement.strategy} "
+            f"price in {placement.region} for {shapes}",
+        )
+    ]
 
 
 def _is_rfc3339(text: str) -> bool:

@@ -99,7 +99,9 @@ class Intake:
     def accept(self, data: bytes, attributes: dict[str, str] | None = None) -> IntakeResult:
         settings = self.settings
         try:
-            request = parse_request(data, allow_local_checkpoints=settings.allow_local_checkpoints)
+            request = parse_request(
+                data, allow_local_checkpoints=settings.allow_local_checkpoints, prices=settings.prices
+            )
         except RequestInvalid as error:
             reason = "; ".join(str(p) for p in error.problems)
             return self._reject(data, "invalid", reason, _guess_job_id(data))

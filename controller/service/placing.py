@@ -56,4 +56,5 @@ def placement_inputs(request: JobRequest, intervals: IntervalKeeper) -> Placemen
         ),
         transfer=Transfer(checkpoint_region=None),
         half_life_seconds=intervals.settings.estimate_half_life_seconds,
+        price_sources=dict(request.price_sources),
     )

@@ -372,6 +372,7 @@ class Reconciler(AfterTheEnd, ProbeSteps):
             parsed = parse_request(
                 JobRecord.from_dict(document).request,
                 allow_local_checkpoints=self.settings.allow_local_checkpoints,
+                prices=self.settings.prices,
             )
             assert isinstance(parsed, JobRequest)  # a stored job's request, never a cancel
             self._requests[job_id] = request = parsed

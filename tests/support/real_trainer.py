@@ -23,10 +23,11 @@ def trainer_request(
     policy: dict | None = None,
     env: dict[str, str] | None = None,
     worker_env: dict[str, str] | None = None,
+    fields: dict | None = None,
 ) -> bytes:
     """A Spot job of `replicas` nodes (one process each) training the paced tiny GPT; every commit
     kept, so a test can tell which attempt committed which step. `worker_env` is added to the
-    workers' pool (workerpool1) only."""
+    workers' pool (workerpool1) only; `fields` are further request fields (e.g. placements)."""
     command = [sys.executable, "-m", "trainer", "--model", PACED, "--nproc-per-node", "1"]
     args = ["--steps", str(steps), "--checkpoint-every-steps", str(every), "--keep-last", "100000"]
     args += ["--batch-size", "4", "--log-every", "1", "--rendezvous-timeout", "120"]
@@ -51,6 +52,7 @@ def trainer_request(
         "jobSpec": {"workerPoolSpecs": pools, "scheduling": {"strategy": "SPOT"}},
         "checkpoint": {"uri": f"gs://{bucket}/{job_id}"},
         "restartPolicy": policy or {"maxFailures": 0},
+        **(fields or {}),
     }
     return json.dumps(body).encode()
 
@@ -75,9 +77,10 @@ def newest_committed_by(root: str, attempt: int) -> int | None:
     return max((step for step, by in committed_by_attempt(root).items() if by <= attempt), default=None)
 
 
-def chief_records(devstack, vertex_job: str) -> list[dict]:
-    """The JSON log records of the chief replica (launcher and rank 0) of one CustomJob."""
-    path = devstack.vertex.replica_log(vertex_job)
+def chief_records(devstack, vertex_job: str, vertex=None) -> list[dict]:
+    """The JSON log records of the chief replica (launcher and rank 0) of one CustomJob; `vertex`:
+    the stand-in that ran it, when not the session devstack's (another region's)."""
+    path = (vertex or devstack.vertex).replica_log(vertex_job)
     records = []
     for line in path.read_text(errors="replace").splitlines() if path.exists() else []:
         if line.startswith("{"):
@@ -88,9 +91,9 @@ def chief_records(devstack, vertex_job: str) -> list[dict]:
     return records
 
 
-def resumed_from(devstack, vertex_job: str) -> int | None:
+def resumed_from(devstack, vertex_job: str, vertex=None) -> int | None:
     """The step the trainer says it resumed from; None if it started fresh (or not yet)."""
-    for record in chief_records(devstack, vertex_job):
+    for record in chief_records(devstack, vertex_job, vertex):
         if record.get("message") == "resumed":
             return record["from_step"]
     return None

@@ -1,4 +1,4 @@
-"""Fixtures for tests that run `relaunch controller` as real processes."""
+"""Fixtures for tests that run `relaunch controller` as real processes, and a second region."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import uuid
 import pytest
 
 from tests.support.daemon import ControllerProcess, topic_settings
+from tests.support.regions import region_b  # noqa: F401 (a second Vertex region, for placements)
 
 
 @pytest.fixture

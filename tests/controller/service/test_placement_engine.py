@@ -11,33 +11,14 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 
-import pytest
 from google.cloud.aiplatform_v1 import JobState
 
-from devstack.vertex import start_vertex
-from devstack.vertex.behaviour import VertexBehaviour
 from devstack.vertex.testing import wait_until
-from tests.support.engine import FAKE_TRAINER, PROJECT, accept, drive, terminal
+from tests.support.engine import FAKE_TRAINER, accept, drive, terminal
+from tests.support.regions import A, B
 
-A, B = "us-central1", "europe-west4"
 MACHINE = "e2-standard-4"  # a machine type no other test limits
-
-
-@pytest.fixture
-def region_b(tmp_path):
-    emulator = start_vertex(
-        project=PROJECT,
-        region=B,
-        workdir=str(tmp_path / "vertex-b"),
-        provisioning_seconds=0.2,
-        kill_grace_seconds=2.0,
-        behaviour=VertexBehaviour(reclaim_grace_seconds=5.0, failed_error_delay_seconds=1.0),
-        first_job_id=time.time_ns() // 1000 + 10**12,
-    )
-    yield emulator
-    emulator.stop()
 
 
 def placement(name: str, region: str, price: float) -> dict:
