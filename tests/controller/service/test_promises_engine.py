@@ -95,7 +95,7 @@ def test_duplicates_keep_the_recorded_custom_job_and_never_end_the_job(
     kept the one the store recorded: both were cancelled, and the job ended "cancelled outside
     Relaunch" although nobody had cancelled it."""
     engine = make_engine()
-    body = request("dup-1", bucket, args=["--steps", "3"])
+    body = request("dup-promise-1", bucket, args=["--steps", "3"])
     older = engine.vertex.client.create_custom_job(
         parent=engine.vertex.parent,
         custom_job=build_custom_job(parse_request(body), 1, resume_from=None, on_demand=False),
@@ -104,11 +104,11 @@ def test_duplicates_keep_the_recorded_custom_job_and_never_end_the_job(
     engine.vertex = _RacedBackend(engine.settings, engine, retry_max_wait=0.5)
     assert accept(engine, body).status == "accepted"
 
-    doc = drive(engine, "dup-1", terminal, timeout=60)
+    doc = drive(engine, "dup-promise-1", terminal, timeout=60)
 
     assert doc["phase"] == "succeeded", doc
     assert doc["attempts"][0]["vertexJob"] == engine.vertex.raced
-    states = {j.name: j.state.name for j in vertex_jobs_for(devstack, "dup-1")}
+    states = {j.name: j.state.name for j in vertex_jobs_for(devstack, "dup-promise-1")}
     assert states[engine.vertex.raced].endswith("SUCCEEDED"), states
     assert states[older.name].endswith(("CANCELLED", "CANCELLING")), states
     assert not [
