@@ -44,6 +44,9 @@ def main() -> int:
     for seconds, before, after in gaps[: args.top]:
         print(f"  {seconds:5.1f} s after {before[0]:6.1f} s: {before[1][:90]!r}")
         print(f"  {'':5}   until {after[0]:6.1f} s: {after[1][:90]!r}")
+    # The teardown after the last line is silent by nature: shown on its own, whether or not it
+    # is among the longest.
+    print(f"last line to exit: {stamped[-1][0] - stamped[-2][0]:.1f} s after {stamped[-2][1][:70]!r}")
     load = os.getloadavg()
     print(f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, {os.cpu_count()} cores")
     return code

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import os
 import shutil
+import signal as signals
 import sys
 import tempfile
 import time
@@ -80,6 +81,38 @@ def default_nproc() -> int:
     return torch.cuda.device_count() or 1
 
 
+def signal_name(status: int | None) -> str | None:
+    """The signal a worker process died of: the agent reports a death by signal N as status -N."""
+    if status is None or status >= 0:
+        return None
+    try:
+        return signals.Signals(-status).name
+    except ValueError:
+        return f"signal {-status}"
+
+
+def failed_worker(outcomes: list[WorkerOutcome | None], statuses: dict[int, int]) -> int | None:
+    """The local rank of the worker whose own ending stopped this replica: one that died without
+    reporting (a native crash, os._exit, a kill), else one that reported its own error (not a
+    peer's loss, not a signal); None when no worker failed on its own."""
+    died = [rank for rank, o in enumerate(outcomes) if o is None and rank in statuses]
+    own_error = [
+        rank
+        for rank, o in enumerate(outcomes)
+        if o is not None
+        and o.exit_code != layout.EXIT_OK
+        and o.reason not in (layout.REASON_STOPPED_BY_PEER, layout.REASON_PREEMPTED)
+        and not o.signalled
+    ]
+    return next(iter(died + own_error), None)
+
+
+def worker_statuses(outcomes: list[WorkerOutcome | None], statuses: dict[int, int]) -> list[int | None]:
+    """Each worker's own exit status: as its process ended when the agent saw it fail, else as it
+    reported it; None when neither is known (the agent forgets them when it is signalled)."""
+    return [statuses.get(rank, o.exit_code if o is not None else None) for rank, o in enumerate(outcomes)]
+
+
 def run_launcher(argv: list[str]) -> int:
     from trainer import logs
 
@@ -99,11 +132,14 @@ def run_launcher(argv: list[str]) -> int:
     nproc = cfg.nproc_per_node or default_nproc()
     status_dir = tempfile.mkdtemp(prefix="relaunch-node-")
     signalled = False
+    statuses: dict[int, int] = {}
     ooms_before = oom_kills()
     if topology.node_rank == 0 and cfg.checkpoint_uri and identity.vertex_job_id:
         record_run(cfg, identity, log)
     try:
-        code, record_written, signalled = launch_workers(argv, cfg, topology, nproc, status_dir, log)
+        code, record_written, signalled = launch_workers(
+            argv, cfg, topology, nproc, status_dir, log, statuses
+        )
     finally:
         outcomes = NodeStatus(status_dir).outcomes(nproc)
         shutil.rmtree(status_dir, ignore_errors=True)
@@ -114,8 +150,10 @@ def run_launcher(argv: list[str]) -> int:
     if oom:
         log.error("a worker was killed for running out of memory (cgroup oom_kill grew)", exit_code=code)
     if cfg.checkpoint_uri:
-        write_replica_record(cfg, identity, topology, code, outcomes, signalled, log, oom=oom)
-    log.info("node finished", exit_code=code, workers=[o.exit_code if o else None for o in outcomes])
+        write_replica_record(
+            cfg, identity, topology, code, outcomes, signalled, log, oom=oom, statuses=statuses
+        )
+    log.info("node finished", exit_code=code, workers=worker_statuses(outcomes, statuses))
     fault_hooks.hold_after_finishing(log)
     return code
 
@@ -153,11 +191,18 @@ def check_factories(cfg: TrainConfig) -> None:
 
 
 def launch_workers(
-    argv: list[str], cfg: TrainConfig, topology: NodeTopology, nproc: int, status_dir: str, log
+    argv: list[str],
+    cfg: TrainConfig,
+    topology: NodeTopology,
+    nproc: int,
+    status_dir: str,
+    log,
+    statuses: dict[int, int],
 ) -> tuple[int, bool, bool]:
     """Run this node's workers (each gets the launcher's own command line) until they are done.
 
-    Returns (exit code, whether a worker wrote the attempt's exit record, whether we were signalled).
+    Returns (exit code, whether a worker wrote the attempt's exit record, whether we were signalled);
+    fills `statuses` with each failed worker's own exit status by local rank (-N: signal N).
     """
     import torch
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, SignalException
@@ -203,8 +248,10 @@ def launch_workers(
     except SignalException as exc:
         signalled = True
         log.warning("launcher got a termination signal; workers were told to stop", signal=str(exc.sigval))
-    except ChildFailedError:
-        pass  # the workers' own outcomes below say why
+    except ChildFailedError as exc:
+        # The workers' own outcomes below say why; a worker that died before reporting (a native
+        # crash, os._exit, a kill) is known only by the status the agent saw its process end with.
+        statuses.update({failure.local_rank: failure.exitcode for failure in exc.failures.values()})
     except Exception as exc:  # best effort; the exit code is still returned
         if not status.any_started():
             # Nothing ran: the gang never assembled (static rendezvous store timed out).
@@ -278,13 +325,19 @@ def write_replica_record(
     log,
     *,
     oom: bool = False,
+    statuses: dict[int, int] | None = None,
 ) -> None:
-    """This replica's own final exit record (every node writes one, see docs/contracts.md)."""
+    """This replica's own final exit record (every node writes one, see docs/contracts.md): its
+    `exitCode` is the launcher's contract code; the worker that failed on its own is named by
+    its own exit status and signal."""
     from trainer.storage import write_replica_exit
 
+    statuses = statuses or {}
     reason = layout.REASON_RUNTIME_ERROR if oom else replica_reason(code, outcomes, signalled)
-    codes = [o.exit_code if o is not None else None for o in outcomes]
-    detail = f"worker exit codes {codes} (None: killed before reporting)"
+    codes = worker_statuses(outcomes, statuses)
+    detail = f"worker exit codes {codes} (-N: killed by signal N; None: unknown)"
+    failed = failed_worker(outcomes, statuses)
+    worker_code = codes[failed] if failed is not None else None
     known = next((o.detail for o in outcomes if o is not None and o.detail), None)
     step = max((o.step for o in outcomes if o is not None and o.step is not None), default=None)
     try:
@@ -304,6 +357,8 @@ def write_replica_record(
                 step=step,
                 detail=f"{known}; {detail}" if known else detail,
                 final=True,
+                worker_exit_code=worker_code,
+                worker_signal=signal_name(worker_code),
             ),
         )
     except Exception as exc:

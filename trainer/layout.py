@@ -483,30 +483,36 @@ class ReplicaExit:
     detail: str | None = None
     final: bool = True  # False: written when the stop began; the replica may have died since
     time: str = field(default_factory=utc_now_ms)
+    # Optional (absent in older records, and when no worker failed on its own): `exit_code` is the
+    # launcher's contract code (70 for any worker error); these are the failed worker's own exit
+    # status (-N: killed by signal N, as the elastic agent reports it) and that signal's name.
+    worker_exit_code: int | None = None
+    worker_signal: str | None = None
 
     def __post_init__(self) -> None:
         if self.reason not in REPLICA_EXIT_REASONS:
             raise LayoutError(f"unknown replica exit reason {self.reason!r}")
 
     def to_json(self) -> str:
-        return json.dumps(
-            {
-                "format": REPLICA_EXIT_FORMAT,
-                "jobId": self.job_id,
-                "attempt": self.attempt,
-                "vertexJobId": self.vertex_job_id,
-                "replica": self.replica,
-                "nodeRank": self.node_rank,
-                "reason": self.reason,
-                "exitCode": self.exit_code,
-                "signal": self.signal,
-                "step": self.step,
-                "detail": self.detail,
-                "final": self.final,
-                "time": self.time,
-            },
-            indent=1,
-        )
+        doc = {
+            "format": REPLICA_EXIT_FORMAT,
+            "jobId": self.job_id,
+            "attempt": self.attempt,
+            "vertexJobId": self.vertex_job_id,
+            "replica": self.replica,
+            "nodeRank": self.node_rank,
+            "reason": self.reason,
+            "exitCode": self.exit_code,
+            "signal": self.signal,
+            "step": self.step,
+            "detail": self.detail,
+            "final": self.final,
+            "time": self.time,
+        }
+        for key, value in (("workerExitCode", self.worker_exit_code), ("workerSignal", self.worker_signal)):
+            if value is not None:
+                doc[key] = value
+        return json.dumps(doc, indent=1)
 
     @classmethod
     def from_json(cls, text: str | bytes) -> ReplicaExit:
@@ -526,6 +532,8 @@ class ReplicaExit:
             detail=_optional(doc, "detail", str),
             final=_require(doc, "final", bool),
             time=_require(doc, "time", str),
+            worker_exit_code=_optional(doc, "workerExitCode", int),
+            worker_signal=_optional(doc, "workerSignal", str),
         )
 
 

@@ -157,6 +157,8 @@ def replica_fact(record: layout.ReplicaExit) -> ReplicaExit:
         signal=bounded_text(record.signal, 64),
         step=record.step,
         detail=bounded_text(record.detail),
+        worker_exit_code=record.worker_exit_code,
+        worker_signal=bounded_text(record.worker_signal, 64),
     )
 
 

@@ -105,6 +105,9 @@ class ReplicaExit:
     signal: str | None = None
     step: int | None = None
     detail: str | None = None  # bounded, control characters escaped by the adapter
+    # The failed worker's own exit status and signal (exit_code is the launcher's contract code).
+    worker_exit_code: int | None = None
+    worker_signal: str | None = None
 
     @property
     def failed_on_its_own(self) -> bool:

@@ -127,6 +127,10 @@ def describe(replicas: tuple[ReplicaExit, ...], failed: ReplicaExit | None, job_
         parts.append(f"exit {chosen.exit_code}")
     if chosen.signal:
         parts.append(f"signal {chosen.signal}")
+    if chosen.worker_signal and chosen.worker_signal not in (chosen.signal or ""):
+        parts.append(f"(worker killed by {chosen.worker_signal})")
+    elif chosen.worker_exit_code is not None and chosen.worker_exit_code != chosen.exit_code:
+        parts.append(f"(worker exit {chosen.worker_exit_code})")
     # A replica killed before it could report (its launcher's record has no step) failed where
     # the rest of the gang stood: the newest step another replica recorded.
     step = (

@@ -304,7 +304,7 @@ def _on_vertex_observed(
         return state, list(_cancel_if_stray(event))
 
     actions: list[Action] = []
-    if state.phase is Phase.CANCELLING and vertex_is_live(event.vertex_state):
+    if state.phase is Phase.CANCELLING and _cancel_not_landed(event.vertex_state):
         # Adopted while cancelling, or the cancel has not landed yet: (re)ask.
         actions.append(CancelVertexJob(event.vertex_name, event.attempt))
 
@@ -420,6 +420,14 @@ def _count_restarts(
     return _preemption_storm_alert(state, now, config)
 
 
+def _cancel_not_landed(vertex_state: str | None) -> bool:
+    """Whether a cancel must be asked (again): Vertex has not said CANCELLING yet. Once it has,
+    asking again changes nothing (CancelCustomJob starts an asynchronous cancellation,
+    https://cloud.google.com/vertex-ai/docs/reference/rest/v1/projects.locations.customJobs/cancel)
+    and would only spend API quota on every look until the job ends."""
+    return vertex_state is None or (vertex_is_live(vertex_state) and vertex_state != "CANCELLING")
+
+
 def _fail_and_stop(state: JobState, reason: str, now: float) -> Outcome:
     """Fail the job while its current attempt may still run: its CustomJob is cancelled."""
     current = state.current
@@ -451,6 +459,8 @@ def _on_timer(
     if state.phase is Phase.CANCELLING and current is not None:
         if current.vertex_name is None:
             return state, [_submit_action(current, create=False)]
+        if not _cancel_not_landed(current.vertex_state):
+            return state, []  # Vertex is cancelling it: the ending comes by event or listing
         return state, [CancelVertexJob(current.vertex_name, current.number)]
     if (
         current is not None

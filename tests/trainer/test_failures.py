@@ -92,3 +92,22 @@ def test_a_replica_whose_peer_died_says_so_in_its_own_exit_record(start_gang, tm
     assert survivor.signal is None and survivor.final
     assert layout.first_failed_replica([survivor]) is None  # node 0 did not fail on its own
     assert storage.read_exit_record(root, 1).reason == "runtime_error"
+
+
+def test_a_worker_that_ends_its_own_process_is_recorded_with_its_own_exit_status(start_gang, tmp_path):
+    """The launcher exits 70 (the contract's runtime error) for any worker error; the replica's
+    record also carries the worker's own status, here 1 from a native-style `os._exit(1)` that
+    leaves the worker no chance to report."""
+    root = f"file://{tmp_path}/ckpt"
+    env = {"RELAUNCH_TEST_MODEL_EXITS_AT_CALL": "2"}
+    gang = start_gang(
+        ["--steps", "5", "--model", "tests.support.paced_model:build_model", *TINY],
+        nproc=1,
+        checkpoint_uri=root,
+        env=env,
+    )
+    assert gang.wait() == [layout.EXIT_RUNTIME], gang.chief.output()
+    (replica,) = storage.read_replica_exits(root, 1)
+    assert (replica.reason, replica.exit_code) == ("runtime_error", 70)
+    assert (replica.worker_exit_code, replica.worker_signal) == (1, None)
+    assert replica.detail is not None and "worker exit codes [1]" in replica.detail

@@ -186,6 +186,29 @@ def test_replica_records_round_trip_and_name_the_first_replica_that_failed_on_it
     assert layout.replica_name(None, None, node_rank=5) == "node-5"
 
 
+def test_a_replica_record_keeps_the_failed_worker_s_own_status_and_older_records_still_read():
+    record = layout.ReplicaExit(
+        job_id="j",
+        attempt=1,
+        replica="workerpool1-0",
+        node_rank=1,
+        reason="runtime_error",
+        exit_code=70,
+        worker_exit_code=-9,
+        worker_signal="SIGKILL",
+        time="2026-11-21T19:00:00.100Z",
+    )
+    doc = json.loads(record.to_json())
+    assert (doc["exitCode"], doc["workerExitCode"], doc["workerSignal"]) == (70, -9, "SIGKILL")
+    assert layout.ReplicaExit.from_json(record.to_json()) == record
+    # Written only when known, so a record without them reads as before, and one with them is
+    # still a valid v1 record to a reader that does not know them.
+    older = {k: v for k, v in doc.items() if not k.startswith("worker")}
+    assert "workerExitCode" not in json.loads(layout.ReplicaExit.from_json(json.dumps(older)).to_json())
+    assert layout.ReplicaExit.from_json(json.dumps(older)).worker_exit_code is None
+    assert doc["format"] == layout.REPLICA_EXIT_FORMAT
+
+
 def test_quarantine_names_and_temp_names():
     assert layout.quarantine_marker_path("gs://b/r", 40) == "gs://b/r/step-0000000040/QUARANTINED.json"
     assert layout.quarantine_archive_dir("gs://b/r", 40, 3, "ab12") == (

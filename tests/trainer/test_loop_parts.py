@@ -5,7 +5,15 @@ import pytest
 from trainer import layout
 from trainer.config import ConfigError, parse_config
 from trainer.data import ResumableSampler
-from trainer.launch import HARD_KILL_MARGIN_SECONDS, combine_exit_codes, hard_kill_after, replica_reason
+from trainer.launch import (
+    HARD_KILL_MARGIN_SECONDS,
+    combine_exit_codes,
+    failed_worker,
+    hard_kill_after,
+    replica_reason,
+    signal_name,
+    worker_statuses,
+)
 from trainer.node_status import WorkerOutcome
 from trainer.preemption import PreemptionFlag, emergency_save_fits
 from trainer.worker import looks_like_peer_loss
@@ -129,3 +137,32 @@ def test_a_worker_records_its_exception_type_and_last_line():
 
     assert exception_line(ValueError("first\n\nthe last line\n")) == "ValueError: the last line"
     assert exception_line(KeyError()) == "KeyError"
+
+
+@pytest.mark.parametrize(
+    "outcomes,statuses,failed",
+    [
+        ([WorkerOutcome(0, 70, True, "runtime_error"), None], {1: 1}, 1),  # died without a word: the cause
+        (
+            [WorkerOutcome(0, 70, True, "runtime_error"), WorkerOutcome(1, 70, False, "stopped_by_peer")],
+            {},
+            0,
+        ),
+        ([WorkerOutcome(0, 75, True, "preempted", True)], {}, None),  # its own SIGTERM: no worker failed
+        ([WorkerOutcome(0, 0, True, "completed")], {}, None),
+        ([None], {}, None),  # the agent was signalled and forgot the status
+    ],
+)
+def test_the_failed_worker_is_the_one_that_ended_on_its_own(outcomes, statuses, failed):
+    assert failed_worker(outcomes, statuses) == failed
+
+
+def test_a_worker_s_own_status_prefers_what_its_process_ended_with_and_names_its_signal():
+    outcomes = [WorkerOutcome(0, 70, True, "runtime_error"), None, None]
+    assert worker_statuses(outcomes, {1: -9}) == [70, -9, None]
+    assert (signal_name(-9), signal_name(-15), signal_name(1), signal_name(None)) == (
+        "SIGKILL",
+        "SIGTERM",
+        None,
+        None,
+    )

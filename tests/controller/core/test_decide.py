@@ -527,3 +527,18 @@ def test_every_alert_is_written_to_the_outbox_with_its_cause_and_leaves_it_once_
     assert run.state.outbox == ()
     run.feed(ev.AlertDelivered(alert.outbox_id))  # a repeated report changes nothing
     assert run.state.outbox == () and run.state.phase is Phase.FAILED
+
+
+def test_a_cancel_is_asked_again_until_vertex_says_cancelling_and_then_never():
+    """Each ask is one CancelCustomJob and one "cancelling vertex job" log line: once Vertex says
+    CANCELLING the cancel has landed, so neither a timer nor a look at the job asks again."""
+    run = Run.start()
+    run.submitted(1)
+    run.running(1)
+    assert run.feed(ev.CancelRequested()) == [CancelVertexJob(vname(1), 1)]
+    assert run.feed(ev.TimerFired()) == [CancelVertexJob(vname(1), 1)]  # not landed yet: ask again
+    assert run.feed(ev.VertexObserved(1, vname(1), "CANCELLING")) == []
+    assert [run.feed(ev.TimerFired()) for _ in range(3)] == [[], [], []]
+    assert run.feed(ev.VertexObserved(1, vname(1), "CANCELLING")) == []
+    run.ended(1, "CANCELLED", 1, "CANCELED")
+    assert run.state.phase is Phase.CANCELLED

@@ -81,7 +81,8 @@ def test_user_errors_and_out_of_memory_are_failures_never_preemptions(devstack, 
     """The user's model raising at a step, a worker process ending with status 1, and Vertex's
     documented out-of-memory kill (SIGKILL, 137) of the worker replica, all on Spot: each a
     failure, never a preemption. The user errors' reasons name the replica, its exit code (the
-    replica's: the launcher exits 70 for a worker's error) and the step."""
+    replica's: the launcher exits 70 for a worker's error, with the worker's own status beside it
+    when they differ) and the step."""
     engine = make_engine()
     jobs = {
         "raises": {FAIL_AT_CALL: "4"},
@@ -100,4 +101,7 @@ def test_user_errors_and_out_of_memory_are_failures_never_preemptions(devstack, 
     raises, exits = (job_document(engine, job)["terminalReason"] for job in ("raises", "exits-1"))
     assert re.search(r"workerpool1-0 exit 70 at step \d+: RuntimeError: ", raises), raises
     assert "relaunch logs raises --attempt 1 --replica workerpool1-0" in raises
-    assert re.search(r"workerpool1-0 exit 70 at step \d+", exits), exits
+    # The launcher's 70, and the worker's own status: 1, which it could not report itself.
+    assert re.search(
+        r"workerpool1-0 exit 70 \(worker exit 1\) at step \d+: worker exit codes \[1\]", exits
+    ), exits
