@@ -152,7 +152,7 @@ def measure_reclaims(stack, reclaims: int) -> list[float]:
         time.sleep(1.0)  # the trainer runs on after its commit (not synchronisation)
         stack.preempt(job.name, end_job=True)
         new = wait(
-            lambda a=attempt: jobs_by_attempt(stack).get((JOB, a + 1)), 300, "the replacement", every=0.05
+            lambda a=attempt: jobs_by_attempt(stack).get((JOB, a + 1)), 300, "the replacement", every=0.25
         )
         old = jobs_by_attempt(stack)[(JOB, attempt)]
         latencies.append(new.create_time.timestamp() - old.end_time.timestamp())
@@ -198,7 +198,7 @@ def measure_user_error_retries(stack, controller: Controller, count: int) -> dic
         at, doc = decided[job_id]
         due = doc["nextAttemptAt"] or at
         replacement = wait(
-            lambda j=job_id: jobs_by_attempt(stack).get((j, 2)), 300, f"{job_id}'s next attempt", every=0.05
+            lambda j=job_id: jobs_by_attempt(stack).get((j, 2)), 300, f"{job_id}'s next attempt", every=0.25
         )
         created = replacement.create_time.timestamp()
         figures["decision"].append(at - end)
@@ -225,7 +225,7 @@ def measure_stockouts(stack, controller: Controller, count: int) -> tuple[list[f
         at, doc = decided[job_id]
         latencies.append(at - end)
         replacement = wait(
-            lambda j=job_id: jobs_by_attempt(stack).get((j, 2)), 300, f"{job_id}'s next attempt", every=0.05
+            lambda j=job_id: jobs_by_attempt(stack).get((j, 2)), 300, f"{job_id}'s next attempt", every=0.25
         )
         creates.append(replacement.create_time.timestamp() - end)
         ending = doc["attempts"][0]

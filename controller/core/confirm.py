@@ -57,10 +57,8 @@ def recheck(state: JobState, now: float, settle: float, every: float) -> tuple[J
             if _stalled_unseen(state, attempt) and attempt.ending is Ending.PREEMPTED:
                 state = _add_stall(state, attempt)
             continue
-        actions += [
-            ReadVertexJob(attempt.vertex_name or "", attempt.number),
-            ScheduleWakeup(min(due, now + every)),
-        ]
+        state, reads = _read_again(state, attempt, now, due, every)
+        actions += reads
     return state, actions
 
 
@@ -109,10 +107,8 @@ def recheck_finished(
         if now >= due:
             state = _replace_attempt(state, replace(attempt, provisional=False))
             continue
-        actions += [
-            ReadVertexJob(attempt.vertex_name or "", attempt.number),
-            ScheduleWakeup(min(due, now + every)),
-        ]
+        state, reads = _read_again(state, attempt, now, due, every)
+        actions += reads
     return state, actions
 
 
@@ -177,6 +173,22 @@ def _with_reason(state: JobState, number: int, account: str) -> JobState:
     else:
         reason = f"{reason}; attempt {number} refined by Vertex's error: {account}".lstrip("; ")
     return replace(state, terminal_reason=reason)
+
+
+def _read_again(
+    state: JobState, attempt: Attempt, now: float, due: float, every: float
+) -> tuple[JobState, list[Action]]:
+    """Read the attempt's CustomJob again if `every` has passed since the last read (the ending's
+    own read counts), else only wake when it has: a job's other looks in between (its next
+    attempt's events) read nothing, so that pending confirmations never hold its key long."""
+    last = attempt.rechecked_at if attempt.rechecked_at is not None else attempt.ended_at
+    if last is not None and now < last + every:
+        return state, [ScheduleWakeup(min(due, last + every))]
+    state = _replace_attempt(state, replace(attempt, rechecked_at=now))
+    return state, [
+        ReadVertexJob(attempt.vertex_name or "", attempt.number),
+        ScheduleWakeup(min(due, now + every)),
+    ]
 
 
 def _stalled_unseen(state: JobState, attempt: Attempt) -> bool:
