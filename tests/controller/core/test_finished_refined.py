@@ -85,3 +85,19 @@ def test_a_late_error_that_says_reclaim_is_recorded_but_the_finished_job_is_not_
     assert run.state.phase is Phase.FAILED and len(run.state.attempts) == 1
     assert not any(isinstance(a, SubmitAttempt) for a in actions)
     assert run.state.failures + run.state.preemptions == 1
+
+
+def test_a_pending_confirmation_is_read_at_most_every_recheck_period_whatever_wakes_the_job():
+    """A reclaimed job's next attempt keeps the job's key busy with its own events; the ending
+    awaiting Vertex's error is read again every error_recheck_seconds, not on each of them."""
+    run = Run.start()
+    run.config = CoreConfig(error_settle_seconds=90, error_recheck_seconds=10)
+    run.submitted(1)
+    run.running(1)
+    run.ended(1, "FAILED")  # Spot, no error yet, no record: a reclaim, decided at once
+    assert run.state.attempts[0].provisional
+    reads = []
+    for step in range(1, 31):  # a look every second for 30 s: the next attempt's events
+        actions = run.feed(ev.TimerFired(), at=1000.0 + step)
+        reads += [step for a in actions if isinstance(a, ReadVertexJob) and a.attempt == 1]
+    assert reads == [10, 20, 30]
