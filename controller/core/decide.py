@@ -365,8 +365,8 @@ def _on_finished(state: JobState, event: ev.Event, now: float, config: CoreConfi
     ):
         return state, list(_cancel_if_stray(event))
     state, account = confirm.refine_finished(state, earlier, event, _observation(state, event, earlier))
-    if not account or state.phase is not Phase.FAILED:
-        return state, []
+    if not account or state.phase is not Phase.FAILED or earlier.evidence:
+        return state, []  # the job_failed alert already named the replica: the reason is refined quietly
     summary = f"job {state.job_id} failed: {state.terminal_reason} (refined by Vertex's error)"
     return state, [
         RaiseAlert(

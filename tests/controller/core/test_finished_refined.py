@@ -101,3 +101,18 @@ def test_a_pending_confirmation_is_read_at_most_every_recheck_period_whatever_wa
         actions = run.feed(ev.TimerFired(), at=1000.0 + step)
         reads += [step for a in actions if isinstance(a, ReadVertexJob) and a.attempt == 1]
     assert reads == [10, 20, 30]
+
+
+def test_a_reason_that_already_named_the_replica_is_refined_without_a_second_alert():
+    run = Run.start(max_failures=0)
+    run.submitted(1)
+    run.running(1)
+    own = ReplicaExit("workerpool0-0", "runtime_error", 70, step=7, detail="RuntimeError: boom")
+    run.ended(1, "FAILED", exit_reason="runtime_error", exit_step=7, replica_exits=(own,))
+    assert run.state.phase is Phase.FAILED and "workerpool0-0 exit 70 at step 7" in run.state.terminal_reason
+    text = "The replica workerpool0-0 exited with a non-zero status of 70. Termination reason: Error."
+    actions = run.feed(
+        ev.VertexObserved(1, vname(1), "FAILED", 3, text, end_time=1000.0, replica_exits=(own,), spot=True)
+    )
+    assert not any(isinstance(a, RaiseAlert) for a in actions)
+    assert text in run.state.terminal_reason and "at step 7" in run.state.terminal_reason
