@@ -1,7 +1,7 @@
 """From a CustomJob's end to the controller's answer, every setting at its default (a benchmark
 script, not a test): for a reclaim, to the replacement's create; for a user error, to the final
-decision; for a stockout before start, to the decision (the replacement then waits the capacity
-retry on purpose, printed beside it).
+decision; for a stockout before start, to the decision and to the next attempt's create (the first
+retry after a stockout is created at once: controller/core/stockout.py).
 
 devstack as Google documents it: a reclaim gives 15 s of grace, and the failed job's `error` is
 set about a minute after its end. One 2-node Spot job (two pools of one replica) of simulated replicas (no process), the
@@ -12,12 +12,14 @@ reclaimed job's `end_time` to the replacement's `create_time`, both stamped by t
 stand-in's clock.
 
 User errors: a 2-node job whose chief fails as the trainer does when the model raises, with the
-chief's and its replica's exit records (bench/failing_replica.py, no torch), maxFailures 0.
+chief's and its replica's exit records (bench/failing_replica.py, no torch), maxFailures 0; with
+--user-error-retries, the same with maxFailures 1, all at once, to the next attempt's create.
 Stockouts: devstack's documented stockout ending (provisioning retried, then FAILED before the
 job ran) of one-node jobs, all at once. Decisions are read from the controller's HTTP API every
 50 ms against the Vertex stand-in's `end_time` (one clock: both on this machine).
 
     .venv/bin/python bench/reclaim_decision.py [--reclaims 10] [--user-errors 10] [--stockouts 10]
+        [--user-error-retries 10]
 """
 
 from __future__ import annotations
@@ -70,7 +72,7 @@ def commit_checkpoint(step: int, attempt: int) -> None:
     store.create_only(f"{layout.step_dir_name(step)}/{layout.COMMIT_MARKER_NAME}", marker.to_json().encode())
 
 
-def user_error_request(job_id: str) -> bytes:
+def user_error_request(job_id: str, max_failures: int = 0) -> bytes:
     pool = {
         "machineSpec": {"machineType": "n1-standard-4"},
         "replicaCount": 1,
@@ -85,7 +87,7 @@ def user_error_request(job_id: str) -> bytes:
             "jobId": job_id,
             "jobSpec": {"workerPoolSpecs": [pool, pool], "scheduling": {"strategy": "SPOT"}},
             "checkpoint": {"uri": f"gs://bench/ckpt/{job_id}"},
-            "restartPolicy": {"maxFailures": 0},
+            "restartPolicy": {"maxFailures": max_failures},
         }
     ).encode()
 
@@ -111,6 +113,27 @@ def decided_at(controller: Controller, job_id: str, attempt: int) -> float:
     return wait(decided, 300, f"the decision on {job_id} attempt {attempt}", every=0.05)
 
 
+def decided_together(
+    controller: Controller, job_ids: list[str], attempt: int
+) -> dict[str, tuple[float, dict]]:
+    """For jobs that end together: when the API first showed each one's ending (all polled in
+    one loop, so a late one is not measured late), with the document seen then."""
+    seen: dict[str, tuple[float, dict]] = {}
+
+    def all_decided() -> bool | None:
+        for job_id in job_ids:
+            if job_id in seen:
+                continue
+            doc = controller.http(f"/v1/jobs/{job_id}") or {}
+            attempts = doc.get("attempts") or []
+            if len(attempts) >= attempt and attempts[attempt - 1]["ending"]:
+                seen[job_id] = (time.time(), doc)
+        return len(seen) == len(job_ids) or None
+
+    wait(all_decided, 300, f"the decisions on {len(job_ids)} jobs", every=0.05)
+    return seen
+
+
 def measure_reclaims(stack, reclaims: int) -> list[float]:
     from controller.settings import Settings
 
@@ -129,7 +152,7 @@ def measure_reclaims(stack, reclaims: int) -> list[float]:
         time.sleep(1.0)  # the trainer runs on after its commit (not synchronisation)
         stack.preempt(job.name, end_job=True)
         new = wait(
-            lambda a=attempt: jobs_by_attempt(stack).get((JOB, a + 1)), 300, "the replacement", every=0.05
+            lambda a=attempt: jobs_by_attempt(stack).get((JOB, a + 1)), 300, "the replacement", every=0.25
         )
         old = jobs_by_attempt(stack)[(JOB, attempt)]
         latencies.append(new.create_time.timestamp() - old.end_time.timestamp())
@@ -160,35 +183,64 @@ def measure_user_errors(stack, controller: Controller, count: int) -> list[float
     return latencies
 
 
+def measure_user_error_retries(stack, controller: Controller, count: int) -> dict[str, list[float]]:
+    """User errors of jobs whose error budget allows a retry (maxFailures 1), all at once: the
+    decision, the next attempt's create, and the part of it that is the restart policy's own
+    backoff (the request's default: 30 s, a fifth of jitter) against what the controller adds."""
+    from controller.settings import Settings
+
+    jobs = [f"user-error-retry-{index}" for index in range(1, count + 1)]
+    publish_all(Settings(), [user_error_request(job_id, max_failures=1) for job_id in jobs])
+    decided = decided_together(controller, jobs, 1)
+    figures: dict[str, list[float]] = {"decision": [], "create": [], "beyond the backoff": []}
+    for job_id in jobs:
+        end = jobs_by_attempt(stack)[(job_id, 1)].end_time.timestamp()
+        at, doc = decided[job_id]
+        due = doc["nextAttemptAt"] or at
+        replacement = wait(
+            lambda j=job_id: jobs_by_attempt(stack).get((j, 2)), 300, f"{job_id}'s next attempt", every=0.25
+        )
+        created = replacement.create_time.timestamp()
+        figures["decision"].append(at - end)
+        figures["create"].append(created - end)
+        figures["beyond the backoff"].append(created - max(due, end))
+        print(
+            f"{job_id}: end -> decision {at - end:.2f} s; end -> next attempt's create "
+            f"{created - end:.2f} s, of which the policy's backoff {max(due, end) - end:.2f} s",
+            flush=True,
+        )
+    return figures
+
+
 def measure_stockouts(stack, controller: Controller, count: int) -> tuple[list[float], list[float]]:
     from controller.settings import Settings
 
     stack.stockout(fail=True)
     jobs = [f"stockout-{index}" for index in range(1, count + 1)]
     publish_all(Settings(), [stockout_request(job_id) for job_id in jobs])
-    latencies, waits = [], []
+    latencies, creates = [], []
+    decided = decided_together(controller, jobs, 1)
     for job_id in jobs:
-        ended = wait(
-            lambda j=job_id: (job := jobs_by_attempt(stack).get((j, 1))) and job.end_time and job,
-            300,
-            f"{job_id} to end",
-            every=0.05,
+        end = jobs_by_attempt(stack)[(job_id, 1)].end_time.timestamp()
+        at, doc = decided[job_id]
+        latencies.append(at - end)
+        replacement = wait(
+            lambda j=job_id: jobs_by_attempt(stack).get((j, 2)), 300, f"{job_id}'s next attempt", every=0.25
         )
-        end = ended.end_time.timestamp()
-        latencies.append(decided_at(controller, job_id, 1) - end)
-        doc = controller.http(f"/v1/jobs/{job_id}")
-        waits.append((doc["nextAttemptAt"] or end) - end)
+        creates.append(replacement.create_time.timestamp() - end)
         ending = doc["attempts"][0]
         print(
             f"{job_id}: end -> decision {latencies[-1]:.2f} s ({ending['ending']}, {ending['rule']}); "
-            f"next attempt in {waits[-1]:.0f} s (the capacity retry)",
+            f"end -> next attempt's create {creates[-1]:.2f} s",
             flush=True,
         )
     stack.stockout()
-    return latencies, waits
+    return latencies, creates
 
 
-def measure(reclaims: int, user_errors: int, stockouts: int) -> dict[str, list[float]]:
+def measure(
+    reclaims: int, user_errors: int, stockouts: int, user_error_retries: int = 0
+) -> dict[str, list[float]]:
     from google.auth.credentials import AnonymousCredentials
     from google.cloud import storage
 
@@ -214,10 +266,14 @@ def measure(reclaims: int, user_errors: int, stockouts: int) -> dict[str, list[f
             figures["reclaim: end -> replacement create"] = measure_reclaims(stack, reclaims)
         if user_errors:
             figures["user error: end -> final decision"] = measure_user_errors(stack, controller, user_errors)
+        if user_error_retries:
+            retried = measure_user_error_retries(stack, controller, user_error_retries)
+            for what, seconds in retried.items():
+                figures[f"user error, a retry allowed: end -> {what}"] = seconds
         if stockouts:
-            decided, waits = measure_stockouts(stack, controller, stockouts)
+            decided, creates = measure_stockouts(stack, controller, stockouts)
             figures["stockout before start: end -> decision"] = decided
-            figures["stockout before start: end -> next attempt due (capacity retry)"] = waits
+            figures["stockout before start: end -> next attempt's create"] = creates
         return figures
     finally:
         controller.stop()
@@ -231,8 +287,9 @@ def main() -> int:
     parser.add_argument("--reclaims", type=int, default=10)
     parser.add_argument("--user-errors", type=int, default=10)
     parser.add_argument("--stockouts", type=int, default=10)
+    parser.add_argument("--user-error-retries", type=int, default=10)
     args = parser.parse_args()
-    figures = measure(args.reclaims, args.user_errors, args.stockouts)
+    figures = measure(args.reclaims, args.user_errors, args.stockouts, args.user_error_retries)
     print("\nDefaults everywhere, devstack's documented late error (goal p50 <= 2 s, max <= 10 s):")
     for what, seconds in figures.items():
         print(f"  {what}: n={len(seconds)} p50 {statistics.median(seconds):.2f} s, max {max(seconds):.2f} s")

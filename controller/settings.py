@@ -177,8 +177,9 @@ class Settings(BaseSettings):
     capacity_retry_seconds: float = Field(
         120.0,
         ge=0,
-        description="Least wait before the next attempt after a 429 quota refusal at create or a "
-        "capacity ending before the attempt ran (neither spends maxFailures).",
+        description="Wait before the next attempt after a 429 quota refusal at create; the ceiling of "
+        "the backoff after stockouts before start (the first retry is at once; core/stockout.py). "
+        "Neither spends maxFailures.",
     )
     capacity_wait_alert_seconds: float = Field(
         3600.0, gt=0, description="Alert when an attempt waits this long for capacity."

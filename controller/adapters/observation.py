@@ -59,6 +59,13 @@ class AttemptObservation:
             return True
         return self.vertex.vertex_state in VERTEX_TERMINAL
 
+    def has_error(self) -> bool:
+        """Vertex has set the job's `error` (it does so about a minute after a failed job ends)."""
+        vertex = self.vertex
+        return isinstance(vertex, ev.VertexObserved) and bool(
+            vertex.error_code or vertex.error_message.strip()
+        )
+
     def events(self) -> list[ev.Event]:
         """For the core, in order: the checkpoint first (the ending is measured against it)."""
         return [*([self.checkpoint] if self.checkpoint else []), self.vertex]

@@ -17,6 +17,7 @@ Pure: no I/O, no clock.
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 from controller.core import events as ev
@@ -56,10 +57,8 @@ def recheck(state: JobState, now: float, settle: float, every: float) -> tuple[J
             if _stalled_unseen(state, attempt) and attempt.ending is Ending.PREEMPTED:
                 state = _add_stall(state, attempt)
             continue
-        actions += [
-            ReadVertexJob(attempt.vertex_name or "", attempt.number),
-            ScheduleWakeup(min(due, now + every)),
-        ]
+        state, reads = _read_again(state, attempt, now, due, every)
+        actions += reads
     return state, actions
 
 
@@ -94,6 +93,102 @@ def confirm(state: JobState, attempt: Attempt, event: ev.VertexObserved, obs: Ob
         ):
             state = _add_stall(state, settled)
     return replace(state, preemptions=max(0, preemptions), failures=max(0, failures))
+
+
+def recheck_finished(
+    state: JobState, now: float, settle: float, every: float
+) -> tuple[JobState, list[Action]]:
+    """`recheck` for a job that has ended (FAILED on an ending decided before Vertex's error):
+    its provisional ending is still read again until the bound, so that the error can refine
+    the record and the reason; past the bound it stands. Nothing else: no budget, no stall."""
+    actions: list[Action] = []
+    for attempt in pending(state):
+        due = (attempt.ended_at or now) + settle
+        if now >= due:
+            state = _replace_attempt(state, replace(attempt, provisional=False))
+            continue
+        state, reads = _read_again(state, attempt, now, due, every)
+        actions += reads
+    return state, actions
+
+
+def refine_finished(
+    state: JobState, attempt: Attempt, event: ev.VertexObserved, obs: Observation
+) -> tuple[JobState, str]:
+    """A finished job's provisional ending read again: with Vertex's error in it, the attempt's
+    record takes the error, the rule it now matches and the evidence, and the job's reason says
+    what the error added (the replica, its code, the step). The job stays as it ended: never a
+    new attempt, never a changed phase; a budget the error would move is only recorded.
+    Returns the state and the refined account of the ending ("" when nothing changed)."""
+    if event.error_code == 0 and not event.error_message.strip():
+        return state, ""
+    verdict = classify(obs)
+    ending, rule = attempt.ending, attempt.rule
+    if verdict.ending is not Ending.SUCCEEDED and attempt.ending is not Ending.SUCCEEDED:
+        ending, rule = verdict.ending, verdict.rule
+    evidence = (
+        describe(obs.replica_exits, obs.own_failure(), state.job_id, attempt.number) or attempt.evidence
+    )
+    settled = replace(
+        attempt,
+        provisional=False,
+        error_code=event.error_code,
+        error_message=event.error_message,
+        ending=ending,
+        rule=rule,
+        evidence=evidence,
+    )
+    state = _replace_attempt(state, settled)
+    old, new = budget_of(attempt.ending), budget_of(ending)
+    if old != new:  # recorded as Vertex says; the finished job is not reopened for it
+        preemptions = state.preemptions + (new == _PREEMPTION) - (old == _PREEMPTION)
+        failures = state.failures + (new == _FAILURE) - (old == _FAILURE)
+        state = replace(state, preemptions=max(0, preemptions), failures=max(0, failures))
+    said = "; ".join(x for x in (evidence, event.error_message.strip()) if x)
+    account = f"{ending.value if ending else '?'} ({rule}): {said}".strip().rstrip(":")
+    step = _newest_step(obs.replica_exits)
+    if step is not None and f"step {step}" not in account:  # where the gang stood when it died
+        account += f" at step {step}"
+    named = _NAMED_REPLICA.search(event.error_message)
+    if named and "relaunch logs" not in account:
+        account += f" (relaunch logs {state.job_id} --attempt {attempt.number} --replica {named.group(1)})"
+    return _with_reason(state, attempt.number, account), account
+
+
+# Vertex's error names the replica that failed ("The replica workerpool1-0 ran out of memory ...").
+_NAMED_REPLICA = re.compile(r"\breplica (workerpool\d+-\d+)\b")
+
+
+def _newest_step(replicas: tuple[ReplicaExit, ...]) -> int | None:
+    return max((r.step for r in replicas if r.step is not None), default=None)
+
+
+def _with_reason(state: JobState, number: int, account: str) -> JobState:
+    """The job's reason with the ending's account refined: what followed "last: " (the budget
+    reasons) replaced, else the account added."""
+    reason = state.terminal_reason or ""
+    marker = "last: "
+    if marker in reason:
+        reason = reason[: reason.rindex(marker)] + marker + account
+    else:
+        reason = f"{reason}; attempt {number} refined by Vertex's error: {account}".lstrip("; ")
+    return replace(state, terminal_reason=reason)
+
+
+def _read_again(
+    state: JobState, attempt: Attempt, now: float, due: float, every: float
+) -> tuple[JobState, list[Action]]:
+    """Read the attempt's CustomJob again if `every` has passed since the last read (the ending's
+    own read counts), else only wake when it has: a job's other looks in between (its next
+    attempt's events) read nothing, so that pending confirmations never hold its key long."""
+    last = attempt.rechecked_at if attempt.rechecked_at is not None else attempt.ended_at
+    if last is not None and now < last + every:
+        return state, [ScheduleWakeup(min(due, last + every))]
+    state = _replace_attempt(state, replace(attempt, rechecked_at=now))
+    return state, [
+        ReadVertexJob(attempt.vertex_name or "", attempt.number),
+        ScheduleWakeup(min(due, now + every)),
+    ]
 
 
 def _stalled_unseen(state: JobState, attempt: Attempt) -> bool:

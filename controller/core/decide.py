@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from controller.core import confirm, elastic, fallback, restarts
+from controller.core import confirm, elastic, fallback, restarts, stockout
 from controller.core import events as ev
 from controller.core.actions import (
     Action,
@@ -114,7 +114,9 @@ def decide(
         outbox = tuple(p for p in state.outbox if p.outbox_id != event.outbox_id)
         return Decision(replace(state, outbox=outbox) if outbox != state.outbox else state, ())
     if state.phase.terminal:
-        return Decision(state, tuple(_cancel_if_stray(event)))
+        finished, actions = _on_finished(state, event, now, config)
+        finished, actions = _into_outbox(finished, actions, now)
+        return Decision(replace(finished, updated_at=now) if finished != state else state, tuple(actions))
     handler = _HANDLERS[type(event)]
     new_state, actions = handler(state, event, now, rng, config)
     new_state, actions = _resolve_cleared(state, new_state, actions)
@@ -340,6 +342,37 @@ def _on_vertex_observed(
             return state, actions + replaced
     state, alerts = _capacity_wait_alert(state, now, config)
     return state, actions + alerts
+
+
+def _on_finished(state: JobState, event: ev.Event, now: float, config: CoreConfig) -> Outcome:
+    """A finished job: Vertex's late error still refines an ending decided before it (the reason
+    names the replica, code and step; one alert says so); nothing else changes, and never an
+    attempt. Any other event: a live CustomJob that is not ours is cancelled."""
+    if isinstance(event, ev.TimerFired):
+        return confirm.recheck_finished(state, now, config.error_settle_seconds, config.error_recheck_seconds)
+    earlier = next(
+        (
+            a
+            for a in confirm.pending(state)
+            if isinstance(event, ev.VertexObserved) and a.number == event.attempt
+        ),
+        None,
+    )
+    if (
+        not isinstance(event, ev.VertexObserved)
+        or earlier is None
+        or earlier.vertex_name != event.vertex_name
+    ):
+        return state, list(_cancel_if_stray(event))
+    state, account = confirm.refine_finished(state, earlier, event, _observation(state, event, earlier))
+    if not account or state.phase is not Phase.FAILED or earlier.evidence:
+        return state, []  # the job_failed alert already named the replica: the reason is refined quietly
+    summary = f"job {state.job_id} failed: {state.terminal_reason} (refined by Vertex's error)"
+    return state, [
+        RaiseAlert(
+            "job_failure_explained", "WARNING", summary, {**_alert_details(state), "attempt": earlier.number}
+        )
+    ]
 
 
 def _on_vertex_job_missing(
@@ -701,7 +734,8 @@ def _wait_for_capacity(
     state: JobState, ended: _Ended, now: float, rng: random.Random, config: CoreConfig
 ) -> Outcome:
     """Refused before it ran: nobody's fault and no progress to judge. The shrink applier first;
-    otherwise wait minutes, not seconds."""
+    otherwise the first retry at once and repeated stockouts backing off to the capacity retry
+    (`core.stockout`). One refused after it ran waits the capacity retry."""
     state = _streak(state, ended)
     message = ended.event.error_message
     if not ended.ran and len(state.placements) > 1:
@@ -712,7 +746,10 @@ def _wait_for_capacity(
         state, alerts = _capacity_refused(replace(state, capacity_wait_since=since), now, message)
         state, actions = _start_attempt(state, now, replicas=_smaller_size(state))
         return state, [*alerts, *actions]
-    delay = max(state.policy.backoff.delay(state.retry_streak, rng), config.capacity_retry_seconds)
+    if ended.ran:
+        delay = max(state.policy.backoff.delay(state.retry_streak, rng), config.capacity_retry_seconds)
+    else:  # a stockout before start: the first retry at once, then backing off (core/stockout.py)
+        delay = stockout.wait_seconds(stockout.in_a_row(state.attempts), config.capacity_retry_seconds, rng)
     state, alerts = _capacity_refused(state, now, message)
     wake = _no_later_than_fallback(state, now, now + delay)
     state = replace(state, phase=Phase.BACKING_OFF, next_attempt_at=wake)

@@ -80,6 +80,9 @@ class Attempt:
     # Decided at the end, before Vertex set the job's error: the error, read later, confirms or
     # corrects the ending (`controller.core.confirm`). Cleared once confirmed or past the bound.
     provisional: bool = False
+    # When a provisional ending's CustomJob was last read again for Vertex's error (None: not yet
+    # since the ending): read again at most every `error_recheck_seconds`, whatever else wakes the job.
+    rechecked_at: float | None = None
     # What the trainer's records say failed, for reasons and alerts ("workerpool0-1 exit 1 at
     # step 25: RuntimeError: ...").
     evidence: str = ""

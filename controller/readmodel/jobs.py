@@ -141,6 +141,14 @@ def transition_entries(
         entries.append(entry(now, attempt, "cancel requested"))
     if new.phase.terminal and not old.phase.terminal:
         entries.append(entry(now, attempt, f"job {new.phase.value}: {new.terminal_reason}"))
+    elif new.phase.terminal and new.terminal_reason != old.terminal_reason:  # core/confirm.refine_finished
+        entries.append(
+            entry(
+                now,
+                attempt,
+                f"job {new.phase.value}; reason refined by Vertex's error: {new.terminal_reason}",
+            )
+        )
     return entries
 
 

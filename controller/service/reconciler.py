@@ -43,6 +43,7 @@ from controller.core.actions import (
     ScheduleWakeup,
     SubmitAttempt,
 )
+from controller.core.confirm import pending
 from controller.core.decide import decide, pending_alerts
 from controller.core.interval_choice import IntervalInputs
 from controller.core.interval_choice import wanted as interval_wanted
@@ -126,7 +127,7 @@ class Reconciler(AfterTheEnd, ProbeSteps):
         if record is None:
             return None
         state = JobRecord.from_dict(record.document).state
-        if state.phase.terminal:
+        if state.phase.terminal and not pending(state):  # else Vertex's error may refine the reason
             self._after_the_end(job_id, state, record.document)
             return None
         self._request(job_id, record.document)  # parsed from the record at hand, not read again
@@ -148,7 +149,7 @@ class Reconciler(AfterTheEnd, ProbeSteps):
         timings.report(state.current.number if state.current else 0)
         if not wants_create:
             self.vertex.lane.leave(job_id)
-        if state.phase.terminal:
+        if state.phase.terminal and not pending(state):
             self._after_the_end(job_id, state, None)
             return None
         return None if wake is None else max(0.0, wake - self.clock())
@@ -186,6 +187,12 @@ class Reconciler(AfterTheEnd, ProbeSteps):
 
     def _read_attempt(self, state: JobState, vertex_name: str, attempt: int) -> AttemptObservation:
         uri = self._request(state.job_id).checkpoint_uri
+        if any(a.number == attempt and a.ended for a in state.attempts):
+            # A decided ending read again for Vertex's late error: its evidence only once the error
+            # is there (the core changes nothing before), not five storage reads per look each.
+            observation = self.observer.observe(vertex_name, attempt, uri, read_evidence=False)
+            if not observation.has_error():
+                return observation
         observation = self.observer.observe(vertex_name, attempt, uri)
         if observation.unreadable is not None:
             self._checkpoints_unreadable(state.job_id, attempt, observation.unreadable)

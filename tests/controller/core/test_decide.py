@@ -428,21 +428,23 @@ def test_a_chief_sigterm_record_waits_for_the_error_but_a_runtime_error_record_d
     assert run.state.attempts[1].ending is Ending.USER_ERROR
 
 
-def test_a_stockout_before_running_backs_off_for_minutes_and_warns_without_spending_failures():
+def test_a_stockout_before_running_is_retried_at_once_then_backs_off_to_the_capacity_retry():
     run = Run.start(max_failures=0)
     run.config = CoreConfig(capacity_retry_seconds=120)
     kinds = []
-    for n in (1, 2, 3):
+    # The first retry at once; then 15, 30, 60 s and the capacity retry, each up to a fifth more.
+    windows = [(0, 0), (15, 18), (30, 36), (60, 72), (120, 144), (120, 144)]
+    for n, (low, high) in enumerate(windows, start=1):
         run.submitted(n)
         actions = run.ended(n, "FAILED", 8, STOCKOUT)
         kinds += [a.kind for a in alerts(actions)]
         assert run.state.current.ending is Ending.CAPACITY
-        assert run.state.next_attempt_at - run.now >= 120
+        assert low <= run.state.next_attempt_at - run.now <= high
         run.wake()
     assert run.state.failures == 0 and run.state.phase is Phase.SUBMITTING
     assert kinds == ["capacity_wait"]  # once per run of refusals
-    run.submitted(4)
-    run.running(4)
+    run.submitted(7)
+    run.running(7)
     assert run.state.capacity_wait_since is None  # running again: the next refusal warns anew
 
 
