@@ -7,7 +7,10 @@ Run it from any checkout to compare commits side by side:
     .venv/bin/python bench/gcs_write_cost.py [--sizes 100,10000,100000] [--writes 200]
     .venv/bin/python bench/gcs_write_cost.py --checkout /tmp/old   # the same, on another commit
 
-Prints, per bucket size, the median and p95 milliseconds of a write and the seconds seeding took.
+Prints, per bucket size, the median and p95 milliseconds of a write, the median milliseconds of
+two objects.list calls (the `--writes` objects just written, under a prefix of their own: one
+small page; and a full page of 1,000 seeded objects from the middle of the bucket, by page
+token), and the seconds seeding took.
 """
 
 from __future__ import annotations
@@ -20,7 +23,16 @@ import tempfile
 import time
 
 
-def _measure(size: int, writes: int) -> tuple[float, float, float]:
+def _median_ms(call, times: int = 10) -> float:
+    taken = []
+    for _ in range(times):
+        t0 = time.perf_counter()
+        call()
+        taken.append((time.perf_counter() - t0) * 1000)
+    return statistics.median(taken)
+
+
+def _measure(size: int, writes: int) -> tuple[float, float, float, float, float]:
     from google.auth.credentials import AnonymousCredentials
     from google.cloud import storage
 
@@ -44,7 +56,15 @@ def _measure(size: int, writes: int) -> tuple[float, float, float]:
             blob.upload_from_string(b'{"state": "pending"}', if_generation_match=0)
             times.append((time.perf_counter() - t0) * 1000)
         times.sort()
-        return statistics.median(times), times[int(len(times) * 0.95) - 1], seeded
+        small = _median_ms(lambda: list(client.list_blobs(bucket, prefix="jobs/new-", page_size=1000)))
+        middle = f"jobs/seed-{size // 2:07d}.json"  # a page token is the last name served
+
+        def full_page() -> None:
+            page = client.list_blobs(bucket, prefix="jobs/seed-", page_size=1000, page_token=middle)
+            next(page.pages)
+
+        full = _median_ms(full_page)
+        return statistics.median(times), times[int(len(times) * 0.95) - 1], small, full, seeded
 
 
 def main() -> None:
@@ -60,10 +80,13 @@ def main() -> None:
     import devstack
 
     print(f"devstack from {os.path.dirname(os.path.dirname(devstack.__file__))}; load {os.getloadavg()}")
-    print(f"{'objects':>9} {'write p50 ms':>13} {'write p95 ms':>13} {'seed s':>8}")
+    print(
+        f"{'objects':>9} {'write p50 ms':>13} {'write p95 ms':>13} {'small list ms':>14}"
+        f" {'1,000-page ms':>14} {'seed s':>8}"
+    )
     for size in (int(s) for s in args.sizes.split(",")):
-        p50, p95, seeded = _measure(size, args.writes)
-        print(f"{size:>9} {p50:>13.2f} {p95:>13.2f} {seeded:>8.1f}", flush=True)
+        p50, p95, small, full, seeded = _measure(size, args.writes)
+        print(f"{size:>9} {p50:>13.2f} {p95:>13.2f} {small:>14.2f} {full:>14.2f} {seeded:>8.1f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -321,6 +321,7 @@ def run_side(args) -> dict:
             "vertex": vertex[-1],
             "gcs": gcs[-1],
             "gcs_reads": gcs_reads[-1],
+            "gcs_kinds": counts["gcs"],  # the last pass's GCS requests by kind
             "rss_mb": _status_kb("VmRSS") / 1024,
             "peak_rss_mb": _status_kb("VmHWM") / 1024,
             "load": os.getloadavg()[0],

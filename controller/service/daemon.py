@@ -280,6 +280,8 @@ class Controller(HttpFacade):
                 if acquired:
                     # Before acting: refuse every write of whoever led before us.
                     self.store.raise_fence(self.lease.fence)
+                    # Our writes need not read the floor again while the lease stays ours.
+                    self.store.trust_lease(self.lease.fence, self.lease.is_held)
             except Exception as error:
                 log.warning("cannot reach the leader lease; standing by", error=repr(error))
                 self.degradation.failed("leader lease", [repr(error)])

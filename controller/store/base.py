@@ -90,6 +90,12 @@ class StateStore(Protocol):
 
         The floor only grows; raising it to a lower value changes nothing."""
 
+    def trust_lease(self, fence: int, held: Callable[[], bool]) -> None:
+        """The leader holding fence `fence` says: while `held()` is true, no controller with a
+        higher fence exists (a successor can take the lease only after ours ran out), so the
+        floor is at most `fence` and writes with exactly `fence` need not look at it. A store
+        whose floor check costs nothing may ignore this."""
+
     def list(self, prefix: str = "") -> Iterator[Versioned]:
         """All documents whose key starts with `prefix`, in key order."""
 

@@ -28,12 +28,24 @@ a key), holding `{"fence": N}`; fenced writes read it first. GCS has no transact
 objects, so a write that read the floor just before a new leader raised it can still land: the
 floor narrows a deposed leader's window to one read-to-write gap, the per-document fence and the
 lease check before every side effect close the rest.
+
+One round trip per write: the leader tells the store its lease (`trust_lease`). While that
+lease is held (its own view, safety margin deducted), no successor can have taken it, so no
+higher fence exists and the floor, raised only by new leaders, is at most ours: a write with
+exactly our fence skips reading it. A put whose generation is remembered is then one
+conditional upload; a create one create-only upload. Once the lease is not held (run out,
+abandoned, released, or lost), every fenced write reads the floor again, so a deposed leader
+is refused as before. The window left is of the same kind the floor read leaves: a write sent
+while the lease was held that lands after a successor raised the floor. It needs a write in
+flight longer than the lease's safety margin, as a successor takes the lease only after ours
+ran out on its own clock, whereas a floor read can be overtaken by a raise at any moment.
+The lease check before every side effect stays as it was.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -107,6 +119,9 @@ class GcsStateStore:
         # the remembered generation as its precondition, so if anyone wrote since, GCS refuses
         # it (412) and the put reads the object and judges it as if nothing had been remembered.
         self._known: dict[str, _Seen] = {}
+        # (fence, held) from the leader's lease (`trust_lease`): writes with that fence skip the
+        # floor while held() says the lease is still ours.
+        self._lease: tuple[int, Callable[[], bool]] | None = None
 
     def __repr__(self) -> str:
         return f"GcsStateStore(gs://{self._bucket.name}/{self._prefix})"
@@ -244,7 +259,13 @@ class GcsStateStore:
         except (ValueError, KeyError, TypeError) as exc:
             raise StoreError(f"gs://{self._bucket.name}/{self._floor_name()} is garbled: {exc}") from exc
 
+    def trust_lease(self, fence: int, held: Callable[[], bool]) -> None:
+        self._lease = (fence, held)
+
     def _check_floor(self, key: str, fence: int) -> None:
+        lease = self._lease
+        if lease is not None and fence > 0 and fence == lease[0] and lease[1]():
+            return  # our lease is held: nobody has a higher fence to raise the floor with
         floor, _ = self._read_floor()
         if fence < floor:
             _log.warning("write below the fence floor refused", key=key, fence=fence, floor=floor)

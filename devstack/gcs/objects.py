@@ -167,19 +167,26 @@ def list_objects(request, response, backend):
     max_results = min(max_results, LIST_MAX_RESULTS)
     token = one("pageToken") or ""
     soft_deleted = (one("softDeleted") or "").lower() in ("1", "true", "yes")
-    with backend.storage.lock:
-        files, prefixes = backend.storage.get_file_list(
-            request.params["bucket_name"],
-            one("prefix"),
-            one("delimiter"),
-            one("matchGlob"),
-            soft_deleted=soft_deleted,
+    if one("matchGlob") is None and not soft_deleted:
+        # The common case, served from the name index: the page's cost does not grow with
+        # the bucket.
+        page, prefixes, more = backend.storage.list_page(
+            request.params["bucket_name"], one("prefix") or "", one("delimiter") or "", token, max_results
         )
-    files = sorted(files, key=lambda item: item["name"])
-    if token:
-        files = [item for item in files if item["name"] > token]
-    page = files[:max_results]
+    else:
+        with backend.storage.lock:
+            files, prefixes = backend.storage.get_file_list(
+                request.params["bucket_name"],
+                one("prefix"),
+                one("delimiter"),
+                one("matchGlob"),
+                soft_deleted=soft_deleted,
+            )
+        files = sorted(files, key=lambda item: item["name"])
+        if token:
+            files = [item for item in files if item["name"] > token]
+        page, more = files[:max_results], len(files) > max_results
     body = {"kind": "storage#objects", "items": page, "prefixes": [] if token else prefixes}
-    if len(files) > max_results:
+    if more:
         body["nextPageToken"] = page[-1]["name"]
     response.json(body)

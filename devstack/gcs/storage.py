@@ -15,13 +15,18 @@ concurrent, large, conditional writes:
   the whole file, so a write costs the same with 100 or 100,000 objects in the bucket; the
   file is rewritten (compacted) only when the journal outgrows the live objects, and on the
   library's rare bucket-level changes. A killed process leaves the old or the new state: the
-  snapshot is replaced atomically, and a torn last journal line is ignored on start.
+  snapshot is replaced atomically, and a torn last journal line is ignored on start;
+- each bucket's object names are also kept in one sorted list (the listing index), so a
+  listing page starts with a binary search and reads only the names it serves (plus, with a
+  delimiter, one name per rolled-up prefix) instead of filtering and sorting every object in
+  the bucket on every page.
 
 Lock order is always object lock, then `self.lock` (the dicts); never the reverse.
 """
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import json
 import os
@@ -69,10 +74,26 @@ def _with_generation(resource: dict, generation: int) -> dict:
     return resource
 
 
+def _past(names: list[str], rolled: str, at: int) -> int:
+    """Index of the first name at or after `at` that does not start with `rolled`."""
+    last = rolled[-1]
+    if ord(last) == 0x10FFFF:  # no successor character: step over one name at a time
+        while at < len(names) and names[at].startswith(rolled):
+            at += 1
+        return at
+    # Every name starting with `rolled` sorts before `rolled` with its last character bumped.
+    return bisect.bisect_left(names, rolled[:-1] + chr(ord(last) + 1), at)
+
+
 class GcsStorage(Storage):
     def __init__(self, data_dir: str | None):
         self.lock = threading.RLock()
         self.object_locks = ObjectLocks()
+        # bucket -> its object names, sorted (the listing index). Built on first listing,
+        # kept up to date by commit and remove; rebuilt whenever its size disagrees with the
+        # bucket's (a library path that added or dropped a name behind our back, a wipe, a load).
+        self._names: dict[str, list[str]] = {}
+        self.names_examined = 0  # names a listing has looked at since start (tests read it)
         self._meta_path = None
         if data_dir is not None:
             data_dir = os.path.abspath(data_dir)
@@ -113,6 +134,7 @@ class GcsStorage(Storage):
                         break  # the empty tail, or a line torn by a kill mid-append: never acknowledged
                     raise
                 self._apply_journal_entry(bucket, name, resource)
+        self._names = {}
         self._write_config_to_file()  # fold the journal into a fresh snapshot, start a new journal
 
     def _apply_journal_entry(self, bucket: str, name: str, resource: dict | None) -> None:
@@ -167,6 +189,70 @@ class GcsStorage(Storage):
                 raise NotFound(f"No such object: {bucket}/{name}")
             return resource, self.blobs.open(blob_key(bucket, name, resource["generation"]))
 
+    # ---- the listing index ---------------------------------------------------------------
+    def _sorted_names(self, bucket: str) -> list[str]:
+        objects = self.objects.get(bucket, {})
+        names = self._names.get(bucket)
+        if names is None or len(names) != len(objects):
+            names = self._names[bucket] = sorted(objects)
+        return names
+
+    def _index_add(self, bucket: str, name: str) -> None:
+        names = self._names.get(bucket)
+        if names is not None:
+            bisect.insort(names, name)
+
+    def _index_remove(self, bucket: str, name: str) -> None:
+        names = self._names.get(bucket)
+        if names is not None:
+            at = bisect.bisect_left(names, name)
+            if at < len(names) and names[at] == name:
+                del names[at]
+
+    def list_page(
+        self, bucket: str, prefix: str, delimiter: str, after: str, max_results: int
+    ) -> tuple[list[dict], list[str], bool]:
+        """One objects.list page from the index: (items, prefixes, more items remain).
+
+        Items are the objects under `prefix` whose name sorts after `after` (all of them when
+        `after` is empty), in name order, at most `max_results`; with a delimiter, names whose
+        rest holds it are rolled up into prefixes instead. Prefixes are gathered only on the
+        first page (`after` empty), as the handler serves them all there. Cost: a binary search,
+        then the names served and one more to know whether more remain; with a delimiter, one
+        name per rolled-up prefix passed (the rest of it is skipped by a binary search), and on
+        the first page the names directly under `prefix` up to the last prefix, never the
+        objects inside the rolled-up prefixes.
+        """
+        with self.lock:
+            if bucket not in self.buckets:
+                raise NotFound(f"No such bucket: {bucket}")
+            names = self._sorted_names(bucket)
+            objects = self.objects[bucket] if bucket in self.objects else {}
+            at = bisect.bisect_right(names, after) if after else bisect.bisect_left(names, prefix)
+            items: list[dict] = []
+            prefixes: list[str] = []
+            more = False
+            while at < len(names):
+                name = names[at]
+                self.names_examined += 1
+                if not name.startswith(prefix):
+                    break
+                head, found, _ = name[len(prefix) :].partition(delimiter) if delimiter else ("", "", "")
+                if found:
+                    rolled = prefix + head + delimiter
+                    if not after:
+                        prefixes.append(rolled)
+                    at = _past(names, rolled, at)
+                    continue
+                if len(items) == max_results:
+                    more = True
+                    if after or not delimiter:
+                        break  # the first page with a delimiter walks on for its prefixes
+                else:
+                    items.append(objects[name])
+                at += 1
+            return items, sorted(prefixes), more
+
     # ---- writes ------------------------------------------------------------------------
     def _next_generation(self) -> int:
         self._last_generation = max(time.time_ns() // 1000, self._last_generation + 1)
@@ -202,7 +288,10 @@ class GcsStorage(Storage):
                 if bucket not in self.buckets:  # deleted while we were writing
                     self.blobs.delete(key)
                     raise NotFound(f"No such bucket: {bucket}")
-                self.objects.setdefault(bucket, {})[name] = resource
+                objects = self.objects.setdefault(bucket, {})
+                if name not in objects:
+                    self._index_add(bucket, name)
+                objects[name] = resource
                 self._record(bucket, name, resource)
             if current:
                 self.blobs.delete(blob_key(bucket, name, current["generation"]))
@@ -236,6 +325,7 @@ class GcsStorage(Storage):
                     raise NotFound(f"No such object: {bucket}/{name}")
                 preconditions.check(current)
                 del self.objects[bucket][name]
+                self._index_remove(bucket, name)
                 self._record(bucket, name, None)
             self.blobs.delete(blob_key(bucket, name, current["generation"]))
 
@@ -271,4 +361,5 @@ class GcsStorage(Storage):
     def wipe(self, keep_buckets=False):
         with self.lock:
             super().wipe(keep_buckets)
+            self._names = {}
             self.blobs.clear()

@@ -229,3 +229,72 @@ def test_objects_written_before_the_live_flag_are_classified_on_read(counted):
 
     assert [v.key for v in store.list_live("jobs/")] == ["jobs/old-live"]
     assert [v.key for v in store.list("jobs/")] == ["jobs/old-done", "jobs/old-live"]
+
+
+class _Clock:
+    """One host's monotonic clock, moved by hand (no sleeping for a lease to run out)."""
+
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _leader(client, name: str, holder: str, clock: _Clock):
+    """A controller's lease and its own store instance, wired as the daemon wires them."""
+    from controller.adapters.lease import Lease
+
+    lease = Lease(BUCKET, f"{name}/lease", holder, 30.0, client=client, clock=clock)
+    store = GcsStateStore(BUCKET, f"{name}/state", client=client)
+    _try_to_lead(lease, store)
+    return lease, store
+
+
+def _try_to_lead(lease, store) -> None:
+    if lease.try_acquire():
+        store.raise_fence(lease.fence)
+        store.trust_lease(lease.fence, lease.is_held)
+
+
+def test_a_leaders_writes_are_one_round_trip_each_and_a_deposed_leaders_are_refused(counted):
+    emulator, client = counted
+    name = f"leased-{next(_prefixes)}"
+    clock_a, clock_b = _Clock(), _Clock()
+    lease_a, store_a = _leader(client, name, "a", clock_a)
+    assert lease_a.is_held()
+    version = store_a.create("jobs/x", {"by": "a"}, fence=lease_a.fence)
+
+    emulator.calls.reset()
+    version = store_a.put("jobs/x", {"by": "a", "n": 2}, expected_version=version, fence=lease_a.fence)
+    store_a.create("jobs/y", {"by": "a"}, fence=lease_a.fence)
+    assert emulator.calls.counts() == {"POST upload": 2}  # no floor read, no read for the generation
+
+    lease_b, store_b = _leader(client, name, "b", clock_b)
+    assert not lease_b.is_held()  # a holds it; b starts counting
+    clock_a.now += 31  # a stalls past its lease ...
+    clock_b.now += 31  # ... and b takes over, raising the floor before it acts
+    _try_to_lead(lease_b, store_b)
+    assert lease_b.is_held() and lease_b.fence > lease_a.fence
+
+    # a wakes up still remembering the generation of what it wrote: refused all the same.
+    with pytest.raises(Fenced):
+        store_a.put("jobs/x", {"by": "a, after the pause"}, expected_version=version, fence=lease_a.fence)
+    with pytest.raises(Fenced):
+        store_a.create("jobs/z", {"by": "a, after the pause"}, fence=lease_a.fence)
+    assert store_b.get("jobs/x").document == {"by": "a", "n": 2}
+    assert store_b.get("jobs/z") is None
+    assert store_b.put("jobs/x", {"by": "b"}, expected_version=version, fence=lease_b.fence) == version + 1
+
+
+def test_a_lease_vouches_only_for_its_own_fence(counted):
+    """A write with another fence (the intake's 0, or a stale token) still reads the floor."""
+    emulator, client = counted
+    name = f"leased-{next(_prefixes)}"
+    lease, store = _leader(client, name, "a", _Clock())
+    version = store.create("jobs/x", {"n": 1}, fence=lease.fence)
+    with pytest.raises(Fenced):
+        store.put("jobs/x", {"n": 2}, expected_version=version, fence=lease.fence - 1)
+    with pytest.raises(Fenced):
+        store.put("jobs/x", {"n": 2}, expected_version=version, fence=0)
+    assert store.get("jobs/x").document == {"n": 1}
