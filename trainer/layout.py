@@ -149,6 +149,24 @@ def exit_record_key(attempt: int, vertex_job_id: str | None = None) -> str:
     return f"{EXITS_DIR_NAME}/attempt-{attempt:04d}{suffix}.json"
 
 
+# The small records the controller reads at an ending (exit records, run records) also travel in
+# the object's custom metadata under this key, so one listing of an attempt's exit folder returns
+# them all without a read per object. GCS allows 8 KiB of custom metadata per object
+# (https://cloud.google.com/storage/quotas#objects); a record larger than RECORD_METADATA_MAX
+# bytes goes without it and is read whole. Older trainers wrote none: readers fall back the same.
+RECORD_METADATA_KEY = "relaunch-record"
+RECORD_METADATA_MAX = 4096
+
+
+def record_metadata(data: bytes) -> dict[str, str]:
+    """The custom metadata to write with a record's bytes: its JSON, compacted, when it fits."""
+    try:
+        compact = json.dumps(json.loads(data), separators=(",", ":"))
+    except ValueError:
+        return {}
+    return {RECORD_METADATA_KEY: compact} if len(compact) <= RECORD_METADATA_MAX else {}
+
+
 def exit_record_path(root: str, attempt: int, vertex_job_id: str | None = None) -> str:
     return join(root, exit_record_key(attempt, vertex_job_id))
 

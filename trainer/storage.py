@@ -27,11 +27,12 @@ class StorageError(RuntimeError):
 class Storage(Protocol):
     uri: str
 
-    def write_bytes(self, key: str, data: bytes) -> None: ...
+    # `metadata`: custom metadata for the object (GCS keeps it; a local file has nowhere to).
+    def write_bytes(self, key: str, data: bytes, metadata: dict[str, str] | None = None) -> None: ...
     def read_bytes(self, key: str) -> bytes: ...
     def upload_file(self, local_path: str, key: str) -> None: ...
     def download_file(self, key: str, local_path: str) -> None: ...
-    def create_only(self, key: str, data: bytes) -> bool: ...
+    def create_only(self, key: str, data: bytes, metadata: dict[str, str] | None = None) -> bool: ...
     def exists(self, key: str) -> bool: ...
     def list_files(self, prefix: str = "") -> list[str]: ...
     def list_dirs(self, prefix: str = "") -> list[str]: ...
@@ -71,7 +72,7 @@ class LocalStorage:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         return f"{path}.tmp-{uuid.uuid4().hex}"
 
-    def write_bytes(self, key: str, data: bytes) -> None:
+    def write_bytes(self, key: str, data: bytes, metadata: dict[str, str] | None = None) -> None:
         path = self._path(key)
         tmp = self._temp_beside(path)
         with open(tmp, "wb") as fh:
@@ -96,7 +97,7 @@ class LocalStorage:
         os.makedirs(os.path.dirname(os.path.abspath(local_path)), exist_ok=True)
         shutil.copyfile(self._path(key), local_path)
 
-    def create_only(self, key: str, data: bytes) -> bool:
+    def create_only(self, key: str, data: bytes, metadata: dict[str, str] | None = None) -> bool:
         # Write the full content under a private name first (O_EXCL), then hard-link it into
         # place: link() fails if the name exists, and a reader never sees a half-written marker.
         path = self._path(key)
@@ -192,8 +193,10 @@ class GcsStorage:
         name = self._name(prefix)
         return f"{name}/" if name else ""
 
-    def write_bytes(self, key: str, data: bytes) -> None:
-        self.bucket.blob(self._name(key)).upload_from_string(data)
+    def write_bytes(self, key: str, data: bytes, metadata: dict[str, str] | None = None) -> None:
+        blob = self.bucket.blob(self._name(key))
+        blob.metadata = metadata or None  # sent with the upload: one request
+        blob.upload_from_string(data)
 
     def read_bytes(self, key: str) -> bytes:
         from google.api_core import exceptions
@@ -218,12 +221,14 @@ class GcsStorage:
         except exceptions.NotFound as exc:  # a missing shard, told apart from a failed read
             raise FileNotFoundError(self._name(key)) from exc
 
-    def create_only(self, key: str, data: bytes) -> bool:
+    def create_only(self, key: str, data: bytes, metadata: dict[str, str] | None = None) -> bool:
         from google.api_core import exceptions
 
+        blob = self.bucket.blob(self._name(key))
+        blob.metadata = metadata or None
         try:
             # ifGenerationMatch=0: the write succeeds only if no live object has this name.
-            self.bucket.blob(self._name(key)).upload_from_string(data, if_generation_match=0)
+            blob.upload_from_string(data, if_generation_match=0)
             return True
         except exceptions.PreconditionFailed:
             return False
@@ -369,15 +374,17 @@ def write_exit_record(root: str | Storage, record: layout.ExitRecord) -> None:
     yet, under the legacy `exits/attempt-NNNN.json` (last writer wins there)."""
     store = open_storage(root) if isinstance(root, str) else root
     data = record.to_json().encode()
+    meta = layout.record_metadata(data)
     if record.vertex_job_id:
-        store.write_bytes(layout.exit_record_key(record.attempt, record.vertex_job_id), data)
-    store.write_bytes(layout.exit_record_key(record.attempt), data)
+        store.write_bytes(layout.exit_record_key(record.attempt, record.vertex_job_id), data, meta)
+    store.write_bytes(layout.exit_record_key(record.attempt), data, meta)
 
 
 def write_replica_exit(root: str | Storage, record: layout.ReplicaExit) -> None:
     store = open_storage(root) if isinstance(root, str) else root
     key = layout.replica_exit_key(record.attempt, record.vertex_job_id, record.replica)
-    store.write_bytes(key, record.to_json().encode())
+    data = record.to_json().encode()
+    store.write_bytes(key, data, layout.record_metadata(data))
 
 
 def read_replica_exits(
@@ -444,8 +451,9 @@ def record_run_start(
             previous_chief=chief,
             previous_replicas=replicas,
         )
+        data = record.to_json().encode()
         if store.create_only(
-            layout.run_record_key(attempt, vertex_job_id, number), record.to_json().encode()
+            layout.run_record_key(attempt, vertex_job_id, number), data, layout.record_metadata(data)
         ):
             return record
     raise StorageError(f"could not record the start of a run of attempt {attempt}: run numbers kept clashing")

@@ -21,6 +21,7 @@ from typing import Any
 from google.api_core import exceptions as gexc
 
 from controller import logs
+from controller.adapters import evidence
 from controller.adapters import gcs as gcs_client
 from trainer import layout, storage
 
@@ -128,6 +129,32 @@ class _GcsReader:
         except gexc.NotFound:
             return []
 
+    def list_records(self, prefix: str) -> dict[str, dict[str, str]]:
+        """Every object whose key starts with `prefix` (no folder boundary implied), with its
+        custom metadata: one listing call per thousand objects."""
+        name = self._name(prefix)
+        start = len(self._prefix) + 1 if self._prefix else 0
+
+        def list_once() -> dict[str, dict[str, str]]:
+            listing = self._client.list_blobs(self._bucket, prefix=name, timeout=self._timeout, retry=None)
+            return {blob.name[start:]: dict(blob.metadata or {}) for blob in listing}
+
+        try:
+            return gcs_client.call(list_once, what=f"list {name}")
+        except gexc.NotFound:
+            return {}
+
+
+@dataclass(frozen=True)
+class Ending:
+    """What the trainer left of one attempt's CustomJob, read at its ending."""
+
+    latest: CheckpointInfo | None
+    exit_record: layout.ExitRecord | None
+    replicas: list[layout.ReplicaExit]
+    runs: list[layout.RunRecord]
+    markers: list[layout.CommitMarker] | None  # newest first; None: unreadable (figures only)
+
 
 class CheckpointProbe:
     def __init__(self, client: Any = None, *, timeout: float = gcs_client.CALL_TIMEOUT_SECONDS):
@@ -185,6 +212,66 @@ class CheckpointProbe:
             raise CheckpointsUnavailable(f"cannot read checkpoints under {checkpoint_uri}: {exc!r}") from exc
         return markers
 
+    def ending(self, checkpoint_uri: str, attempt: int, *, vertex_job_id: str, markers: int = 5) -> Ending:
+        """Everything the trainer left of `attempt`'s CustomJob (`vertex_job_id`) and the root's
+        checkpoints, read in series in as few calls as the bucket allows (see `evidence`).
+        Raises like `latest` and `exit_record`; markers past the latest that cannot be read are
+        given up (None), since only the figures and the interval keeper want them."""
+        log = _log.bind(checkpoint_uri=checkpoint_uri, attempt=attempt, vertex_job=vertex_job_id)
+        try:
+            reader = self._open(checkpoint_uri)
+            chief, foreign, replicas, runs = evidence.attempt_records(reader, attempt, vertex_job_id)
+            steps = storage.list_step_dirs(reader)
+        except (storage.StorageError, NotADirectoryError) as exc:
+            log.warning("checkpoint location unusable", error=str(exc))
+            return Ending(None, None, [], [], [])
+        except Exception as exc:
+            refusal = _refusal(exc, checkpoint_uri, "storage.objects.list and storage.objects.get")
+            if refusal is not None:
+                raise refusal from exc
+            raise CheckpointsUnavailable(f"cannot read the ending under {checkpoint_uri}: {exc!r}") from exc
+        found: list[layout.CommitMarker] = []
+        given_up = False
+        for step in reversed(steps):
+            try:
+                marker = storage.read_usable_marker(reader, step)
+            except Exception as exc:
+                if found:  # the latest is known; the rest are figures
+                    log.warning("older commit markers unreadable", error=repr(exc))
+                    given_up = True
+                    break
+                refusal = _refusal(exc, checkpoint_uri, "storage.objects.get")
+                if refusal is not None:
+                    raise refusal from exc
+                raise CheckpointsUnavailable(
+                    f"cannot read checkpoints under {checkpoint_uri}: {exc!r}"
+                ) from exc
+            if marker is not None:
+                found.append(marker)
+            if len(found) >= markers:
+                break
+        newest = found[0] if found else None
+        self._warn_about_rejected_markers(reader, newest, log)
+        if foreign is not None:
+            log.info("exit record belongs to another CustomJob; ignoring it", writer=foreign)
+        elif chief is None:
+            self._say_no_record(reader, attempt, vertex_job_id, log)
+        latest = (
+            None
+            if newest is None
+            else CheckpointInfo(newest.step, layout.checkpoint_dir(reader.uri, newest.step), newest)
+        )
+        return Ending(latest, chief, replicas, runs, None if given_up else found)
+
+    @staticmethod
+    def _say_no_record(reader: Any, attempt: int, vertex_job_id: str | None, log: Any) -> None:
+        keys = {layout.exit_record_key(attempt, vertex_job_id), layout.exit_record_key(attempt)}
+        key = next((k for k in sorted(keys) if k in getattr(reader, "keys_read", ())), None)
+        if key is not None:
+            log.warning("exit record is garbled, ignoring it", key=key)
+        else:
+            log.info("no exit record")
+
     def exit_record(
         self, checkpoint_uri: str, attempt: int, *, vertex_job_id: str | None = None
     ) -> layout.ExitRecord | None:
@@ -221,12 +308,7 @@ class CheckpointProbe:
                 f"cannot read the exit record of attempt {attempt} under {checkpoint_uri}: {exc!r}"
             ) from exc
         if record is None:
-            keys = {layout.exit_record_key(attempt, vertex_job_id), layout.exit_record_key(attempt)}
-            key = next((k for k in sorted(keys) if k in getattr(reader, "keys_read", ())), None)
-            if key is not None:
-                log.warning("exit record is garbled, ignoring it", key=key)
-            else:
-                log.info("no exit record")
+            self._say_no_record(reader, attempt, vertex_job_id, log)
         return record
 
     def replica_exits(

@@ -5,10 +5,10 @@ It reads the CustomJob (GetCustomJob, or the copy a periodic listing just return
 when that CustomJob has ended, the latest committed checkpoint and the trainer's exit record
 for it. What comes back is typed facts for the decision core, never a raw client object.
 
-At an ending the evidence is read concurrently (the latest committed checkpoint, the chief's and
-every replica's exit record, the recent commit markers the interval keeper wants), on a small
-bounded pool of read threads: a recovery waits for the slowest read, not for their sum. The pool's
-threads only read GCS for the look that waits for them; they touch no job state.
+At an ending the evidence (the latest committed checkpoint, the chief's, every replica's and the
+run records, the recent commit markers the interval keeper wants) is read on the look's own
+thread, in series, in as few round trips as the bucket allows: two listings and the newest
+markers (`controller.adapters.evidence`). No thread of its own.
 
 The listing copy: a periodic pass lists every live CustomJob at once (one List call per page),
 then hands each job to a reconcile. A copy is used once, and only while it is younger than
@@ -21,7 +21,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -33,9 +32,6 @@ from controller.core import events as ev
 from controller.core.model import VERTEX_TERMINAL, Attempt
 
 log = logs.get("relaunch.observation")
-
-# Threads that read an ending's evidence concurrently (four reads per ending; a few endings at once).
-EVIDENCE_READERS = 8
 
 
 @dataclass(frozen=True)
@@ -89,7 +85,6 @@ class Observer:
         # Stays: the pass's worker replaces the listing copy, jobs' workers take their entries, the
         # event callbacks drop them: an in-memory map shared across threads.
         self._lock = threading.Lock()
-        self._readers = ThreadPoolExecutor(EVIDENCE_READERS, thread_name_prefix="evidence")
 
     # --- the listing copy ----------------------------------------------------------------------
     def remember_listing(self, jobs: list[Any]) -> None:
@@ -147,29 +142,21 @@ class Observer:
                 attempt, vertex_name, observed_event(job, attempt), from_listing=from_listing
             )
         vertex_job_id = vertex_name.rsplit("/", 1)[-1]
-        reads: list[Future[Any]] = [
-            self._readers.submit(self.checkpoints.latest, checkpoint_uri),
-            self._readers.submit(
-                self.checkpoints.exit_record, checkpoint_uri, attempt, vertex_job_id=vertex_job_id
-            ),
-            self._readers.submit(
-                self.checkpoints.replica_exits, checkpoint_uri, attempt, vertex_job_id=vertex_job_id
-            ),
-            self._readers.submit(self.checkpoints.recent_markers, checkpoint_uri),
-            self._readers.submit(self.checkpoints.runs, checkpoint_uri, attempt, vertex_job_id=vertex_job_id),
-        ]
         checkpoint, exit_record, unreadable, replicas, markers, runs = None, None, None, [], None, []
         try:
-            latest, exit_record, replicas, runs = (read.result() for read in (*reads[:3], reads[4]))
-            if latest is not None:
-                checkpoint = ev.CheckpointObserved(latest.step, latest.uri)
+            ending = self.checkpoints.ending(checkpoint_uri, attempt, vertex_job_id=vertex_job_id)
         except CheckpointsUnreadable as error:
             # Not a passing fault: waiting cannot help, and the ending must still be applied.
-            unreadable, exit_record, replicas, runs = error, None, [], []
-        try:
-            markers = reads[3].result()
-        except Exception:  # the interval keeper reads them again itself (and says why it cannot)
-            markers = None
+            unreadable = error
+        else:
+            exit_record, replicas, runs, markers = (
+                ending.exit_record,
+                ending.replicas,
+                ending.runs,
+                ending.markers,
+            )
+            if ending.latest is not None:
+                checkpoint = ev.CheckpointObserved(ending.latest.step, ending.latest.uri)
         observed = observed_event(
             job, attempt, exit_record, progress_unknown=unreadable is not None, replica_exits=replicas
         )
