@@ -278,9 +278,8 @@ class Controller(HttpFacade):
             try:
                 acquired = self.lease.try_acquire()
                 if acquired:
-                    # Before acting: refuse every write of whoever led before us.
+                    # Before acting: refuse all writes of earlier leaders; ours skip that check.
                     self.store.raise_fence(self.lease.fence)
-                    # Our writes need not read the floor again while the lease stays ours.
                     self.store.trust_lease(self.lease.fence, self.lease.is_held)
             except Exception as error:
                 log.warning("cannot reach the leader lease; standing by", error=repr(error))

@@ -188,8 +188,7 @@ class Reconciler(AfterTheEnd, ProbeSteps):
     def _read_attempt(self, state: JobState, vertex_name: str, attempt: int) -> AttemptObservation:
         uri = self._request(state.job_id).checkpoint_uri
         if any(a.number == attempt and a.ended for a in state.attempts):
-            # A decided ending read again for Vertex's late error: its evidence only once the error
-            # is there (the core changes nothing before), not five storage reads per look each.
+            # Re-read for Vertex's late error: the evidence only once the error is there.
             observation = self.observer.observe(vertex_name, attempt, uri, read_evidence=False)
             if not observation.has_error():
                 return observation
