@@ -46,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.scale_stack import ROOT, Controller, jobs_by_attempt, publish_all, simulated_request, wait
 
-GOAL_P99_MS = 50.0  # at 1,000 active jobs
+GOAL_P99_MS = {"sqlite": 50.0, "gcs": 500.0}  # at 1,000 active jobs (issue 23)
 PHASES = (
     "published",
     "delivered",
@@ -151,7 +151,8 @@ def measure(active: int, preemptions: int, store: str, root: Path, args: argpars
         time.sleep(1.0)  # the log lines of the last look reach the file
         return {
             "samples": samples,
-            "split": split(samples, controller.log_path),
+            "split": split(samples, controller.log_path, GOAL_P99_MS[store]),
+            "goal": GOAL_P99_MS[store],
             "load": (load_before[0], load_after[0]),
         }
     finally:
@@ -159,7 +160,7 @@ def measure(active: int, preemptions: int, store: str, root: Path, args: argpars
         stack.stop()
 
 
-def split(samples: list[dict], log_path: Path) -> dict[str, list[float]] | None:
+def split(samples: list[dict], log_path: Path, goal_ms: float) -> dict[str, list[float]] | None:
     """Each recovery's phases in ms, from the controller's log (None: it logs no timings)."""
     events: dict[str, list[tuple[float, float]]] = {}  # job -> (published, delivered)
     looks: dict[str, list[dict]] = {}
@@ -206,7 +207,7 @@ def split(samples: list[dict], log_path: Path) -> dict[str, list[float]] | None:
         }
         for name, value in values.items():
             phases[name].append(value * 1000)
-        if sample["create"] - end > GOAL_P99_MS / 1000:  # over the goal: which phase took most
+        if sample["create"] - end > goal_ms / 1000:  # over the goal: which phase took most
             top = max((n for n in values if not n.startswith(" ")), key=values.__getitem__)
             phases.setdefault("slow: " + top, []).append(1.0)
         phases["overtook pass keys"].append(1.0 if look["sweep_waiting"] else 0.0)
@@ -246,7 +247,7 @@ def report(label: str, active: int, result: dict) -> tuple:
         f" {sum(phases['overtook pass keys']):.0f} overtook keys of a pass:"
     )
     slow = {name[6:]: len(v) for name, v in phases.items() if name.startswith("slow: ")}
-    print(f"  recoveries over {GOAL_P99_MS:.0f} ms, by their longest phase: {slow or 'none'}")
+    print(f"  recoveries over {result['goal']:.0f} ms, by their longest phase: {slow or 'none'}")
     for name in PHASES:
         values = phases[name]
         if values:
@@ -278,11 +279,11 @@ def main() -> int:
             for label, root in sides if pair % 2 == 0 else sides[::-1]:
                 rows.append(report(label, active, measure(active, args.preemptions, args.store, root, args)))
     print(
-        f"\n| side | active jobs | reclaims | p50 ms | p99 ms | max ms | load 1 min | goal p99 <= {GOAL_P99_MS:.0f} ms |"
+        f"\n| side | active jobs | reclaims | p50 ms | p99 ms | max ms | load 1 min | goal p99 <= {GOAL_P99_MS[args.store]:.0f} ms |"
     )
     print("|---|---|---|---|---|---|---|---|")
     for label, active, count, p50, p99, worst, load in rows:
-        goal = ("met" if p99 <= GOAL_P99_MS else "NOT met") if active >= 1000 else ""
+        goal = ("met" if p99 <= GOAL_P99_MS[args.store] else "NOT met") if active >= 1000 else ""
         print(
             f"| {label} | {active} | {count} | {p50:.0f} | {p99:.0f} | {worst:.0f} |"
             f" {load[0]:.2f} -> {load[1]:.2f} | {goal} |"
