@@ -62,15 +62,17 @@ def _replica(attempt: int, name: str) -> layout.ReplicaExit:
     return layout.ReplicaExit("demo", attempt, name, rank, "preempted", 75, VERTEX_ID, step=130)
 
 
-def _two_replica_ending(store: GcsStorage) -> None:
+def _two_replica_ending(store: GcsStorage) -> layout.ExitRecord:
     """What a 2-replica attempt 3 of this release leaves: one run, two checkpoints, the chief's
-    exit record and each replica's."""
+    exit record (returned: it carries the time it was made) and each replica's."""
     record_run_start(store, "demo", 3, VERTEX_ID, resume_step=None)
     _commit(store, 100, 3)
     _commit(store, 120, 3)
-    write_exit_record(store, _chief(3))
+    chief = _chief(3)
+    write_exit_record(store, chief)
     for replica in ("workerpool0-0", "workerpool1-0"):
         write_replica_exit(store, _replica(3, replica))
+    return chief
 
 
 def _calls(emulator) -> list[str]:
@@ -78,11 +80,11 @@ def _calls(emulator) -> list[str]:
 
 
 def test_a_two_replica_ending_costs_two_listings_and_the_newest_markers(emulator, probe):
-    _two_replica_ending(GcsStorage(ROOT))
+    chief = _two_replica_ending(GcsStorage(ROOT))
     emulator.calls.reset()
     observation = Observer(EndedJob(), probe).observe(NAME, 3, ROOT)
     assert observation.checkpoint == ev.CheckpointObserved(120, f"{ROOT}/step-0000000120")
-    assert observation.exit_record == _chief(3)
+    assert observation.exit_record == chief
     assert isinstance(observation.vertex, ev.VertexObserved)
     assert {r.replica for r in observation.vertex.replica_exits} == {"workerpool0-0", "workerpool1-0"}
     assert [m.step for m in observation.markers or []] == [120, 100]
