@@ -130,6 +130,7 @@ class Controller(HttpFacade):
             settings,
             self.alerts,
             enqueue=self.sources.enqueue,
+            enqueue_created=self.sources.enqueue_created,
             remember=self.reconciler.remember_request,
             clock=clock,
             metrics=self.metrics,

@@ -159,9 +159,10 @@ class Reconciler(AfterTheEnd, ProbeSteps):
         """What is true of the job now, for the core (which attempt was read from Vertex, and what
         was read of its ending, for the interval keeper)."""
         facts: list[ev.Event] = []
-        if not state.cancel_requested and (
-            listed.cancel_recorded if listed else self.store.get(cancel_key(state.job_id)) is not None
-        ):
+        cancelled = listed.cancel_recorded if listed is not None else None
+        if cancelled is None and not state.cancel_requested:
+            cancelled = self.store.get(cancel_key(state.job_id)) is not None
+        if not state.cancel_requested and cancelled:
             facts.append(ev.CancelRequested())
         current, observed = state.current, None
         recorded = current.vertex_name if current is not None else None
