@@ -59,7 +59,7 @@ from controller.service.interval import EndingRead, IntervalKeeper
 from controller.service.look_timings import CREATE_CALLED, CREATED, DECIDED, GOT, READ, STORED, LookTimings
 from controller.service.placing import placement_inputs
 from controller.service.reconcile_probe import ProbeSteps
-from controller.service.submit import crash_point, ready_at, submit
+from controller.service.submit import crash_point, first_create_wait, ready_at, submit
 from controller.settings import Settings
 from controller.store import Fenced, VersionConflict, Versioned
 from controller.store.keys import cancel_key, job_key
@@ -133,6 +133,9 @@ class Reconciler(AfterTheEnd, ProbeSteps):
         loaded = state
         facts, observed, known = self._facts(state, listed, timings)
         timings.mark(READ)
+        if (turn := first_create_wait(state, facts, self.vertex.lane)) > 0:
+            log.info("waiting for a create slot", job_id=job_id, attempt=1)
+            return turn  # its intent is written when its turn comes
         for look in range(2):  # the first decides from the record just read (a stale one fails the CAS)
             state, actions = self._decide_and_write(job_id, facts, record if look == 0 else None, known)
             timings.mark(DECIDED)

@@ -64,3 +64,22 @@ def test_a_cancel_recorded_after_the_request_is_seen_by_the_first_look(devstack,
     document = engine.store.get(f"{JOBS_PREFIX}late").document
     assert document["state"]["cancel_requested"] is True
     assert drive(engine, "late", terminal)["phase"] == "cancelled"
+
+
+def test_a_new_job_waiting_for_a_create_slot_records_nothing_until_its_turn(devstack, bucket, alerts_topic):
+    engine = gcs_store_engine(devstack, bucket, alerts_topic, creates_per_minute=1)
+    for job_id in ("first", "second"):
+        assert accept(engine, simulated_request(job_id, bucket)).status == "accepted"
+
+    engine.serve()  # both first looks: one create slot a minute, so "second" waits
+
+    created, waiting = (engine.store.get(f"{JOBS_PREFIX}{j}") for j in ("first", "second"))
+    assert created.document["state"]["attempts"][0]["vertex_name"]
+    # Nothing to record while it waits: its record is still the one the intake wrote.
+    assert waiting.version == 1 and waiting.document["state"]["phase"] == "accepted", waiting
+    assert engine.reconciler.vertex.lane.position("second") == 1
+
+    engine.reconciler.vertex.creates.give_back()  # the minute is over: a slot is free again
+    state = drive(engine, "second", lambda d: bool(d["attempts"] and d["attempts"][0].get("vertexJob")))
+    assert len(state["attempts"]) == 1, state
+    assert engine.reconciler.vertex.get(state["attempts"][0]["vertexJob"]) is not None  # made, at Vertex
