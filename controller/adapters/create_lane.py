@@ -7,9 +7,13 @@ or how long until its turn, which the reconcile returns as its requeue delay. A 
 when it became ready to submit (the end of the attempt it replaces, or its first attempt's
 intent), ties broken by arrival.
 
+A job never submitted asks with `turn_in` before it decides, taking no slot: until its turn it
+has nothing to record (its first attempt's intent is written when the turn comes, just before
+the create).
+
 The lane holds no thread and calls nobody back. It is only an accelerator: the stored state says
-a job is submitting, so after a restart every such job joins the lane again on its next look. A
-place not asked about for `forget_after` seconds is dropped (its job went away).
+a job is accepted or submitting, so after a restart every such job joins the lane again on its
+next look. A place not asked about for `forget_after` seconds is dropped (its job went away).
 """
 
 from __future__ import annotations
@@ -52,24 +56,38 @@ class CreateLane:
         """0.0: a create slot is taken for this job (use it, or `give_back`); otherwise the
         seconds until the job's turn, when it should ask again."""
         with self._lock:
-            now = self._clock()
-            self._drop_forgotten(now)
-            place = self._places.get(job_id)
-            if place is None or place[0] > ready_at:
-                if place is not None:
-                    self._unorder(place)
-                place = (ready_at, place[1] if place else next(self._arrival))
-                self._places[job_id] = place
-                bisect.insort(self._order, place)
-            self._asked[job_id] = now
-            self._asked.move_to_end(job_id)
-            ahead = bisect.bisect_left(self._order, place)
+            ahead = self._place(job_id, ready_at)
             if ahead < self._limiter.free_now() and self._limiter.acquire(timeout=0):
                 self._unorder(self._places.pop(job_id))
                 del self._asked[job_id]
                 return 0.0
-            rate = self._limiter.limit / self._limiter.window  # slots a second
-            return max(MIN_WAIT_SECONDS, self._limiter.free_in() + ahead / rate)
+            return self._wait(ahead)
+
+    def turn_in(self, job_id: str, ready_at: float) -> float:
+        """The seconds until the job's turn, as `take` answers, but taking no slot: 0.0 when a
+        slot would be the job's now (then it decides, and `take`s it with its create)."""
+        with self._lock:
+            ahead = self._place(job_id, ready_at)
+            return 0.0 if ahead < self._limiter.free_now() else self._wait(ahead)
+
+    def _place(self, job_id: str, ready_at: float) -> int:
+        """Queue the job (or keep its place) and say how many are ahead of it."""
+        now = self._clock()
+        self._drop_forgotten(now)
+        place = self._places.get(job_id)
+        if place is None or place[0] > ready_at:
+            if place is not None:
+                self._unorder(place)
+            place = (ready_at, place[1] if place else next(self._arrival))
+            self._places[job_id] = place
+            bisect.insort(self._order, place)
+        self._asked[job_id] = now
+        self._asked.move_to_end(job_id)
+        return bisect.bisect_left(self._order, place)
+
+    def _wait(self, ahead: int) -> float:
+        rate = self._limiter.limit / self._limiter.window  # slots a second
+        return max(MIN_WAIT_SECONDS, self._limiter.free_in() + ahead / rate)
 
     def give_back(self) -> None:
         self._limiter.give_back()

@@ -130,6 +130,7 @@ class Controller(HttpFacade):
             settings,
             self.alerts,
             enqueue=self.sources.enqueue,
+            enqueue_created=self.sources.enqueue_created,
             remember=self.reconciler.remember_request,
             clock=clock,
             metrics=self.metrics,
@@ -185,7 +186,6 @@ class Controller(HttpFacade):
 
     def _deposed(self, reason: str) -> None:
         """Another controller leads (or may): stop acting now; the loop finishes stepping down.
-
         Called from any thread (a Pub/Sub callback, the lease keeper, the loop itself)."""
         with self._step_down_lock:
             if self._step_down_reason is not None or not self._leading:

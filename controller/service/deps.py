@@ -24,10 +24,12 @@ class Deposed(RuntimeError):
 @dataclass(frozen=True)
 class Listed:
     """What the periodic pass just listed about one live job, handed to that job's next look so
-    that it reads nothing the pass already read (`service.sources`, "the pass's snapshot")."""
+    that it reads nothing the pass already read (`service.sources`, "the pass's snapshot"); or the
+    record the intake just created, handed to the new job's first look."""
 
-    record: Versioned  # the job's document as the store listed it
-    cancel_recorded: bool  # whether a cancel for it was among the listed cancel records
+    record: Versioned  # the job's document as the store listed it (or as the intake created it)
+    # Whether a cancel for it was among the listed cancel records; None: not read (the look reads it).
+    cancel_recorded: bool | None
     probe: bool = False  # the pass picked it for a progress probe (its checkpoint root is listed)
 
 

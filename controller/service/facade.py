@@ -49,7 +49,8 @@ class HttpFacade:
         document = status_document(record.document)
         position = self.vertex.lane.position(job_id)
         if position is not None:
-            # Only the leader knows the lane: the stored phase says "submitting" either way.
+            # Only the leader knows the lane: the stored phase says "accepted" (a new job, whose
+            # intent is written when its turn comes) or "submitting" (a next attempt) either way.
             document["submissionQueue"] = {
                 "position": position,
                 "waiting": self.vertex.lane.waiting(),

@@ -82,6 +82,8 @@ class Intake:
         alerts: AlertSink,
         *,
         enqueue: Callable[[str], object] = lambda job_id: None,
+        # A new job's id and the record just created for it (its first look starts from it).
+        enqueue_created: Callable[[str, Versioned], object] | None = None,
         remember: Callable[[JobRequest], None] = lambda request: None,
         clock: Callable[[], float] = time.time,
         metrics: Any | None = None,
@@ -91,6 +93,7 @@ class Intake:
         self.settings = settings
         self.alerts = alerts
         self._enqueue = enqueue
+        self._enqueue_created = enqueue_created or (lambda job_id, record: enqueue(job_id))
         self._remember = remember
         self.clock = clock
         self.metrics = metrics
@@ -134,7 +137,7 @@ class Intake:
         document = JobRecord(canonical, fingerprint, state, tuple(timeline)).to_dict()
         try:
             # Unfenced and create-only: any instance may record it, leader or not.
-            self.store.create(job_key(request.job_id), document)
+            version = self.store.create(job_key(request.job_id), document)
         except AlreadyExists:
             existing = self.store.get(job_key(request.job_id))
             if existing is None:  # deleted by retention since: the next delivery starts afresh
@@ -142,7 +145,8 @@ class Intake:
             return self._known_job(data, request, fingerprint, existing, release=True)
         self._remember(request)
         log.info("job accepted", job_id=request.job_id, attempt=0)
-        self._enqueue(request.job_id)  # its reconcile submits attempt 1 (or cancels it)
+        # Its reconcile submits attempt 1 (or cancels it), starting from this record.
+        self._enqueue_created(request.job_id, Versioned(job_key(request.job_id), document, version))
         return IntakeResult("accepted", request.job_id, "accepted")
 
     def _known_job(

@@ -1,14 +1,16 @@
-"""The reconcile's progress probe of a running job: now and then the periodic pass picks running
-jobs (`sources.Sources`, handed on with the listed copy), and their next look lists the
-checkpoint root for the latest committed step and reads the CustomJob's run records (restarts in
-place). A mixin of `reconciler.Reconciler`, kept apart so that the reconciler module holds the
-door itself."""
+"""The reconcile's reads of a job's attempt: the attempt's CustomJob with, at its ending, the
+evidence (`_read_attempt`), and the progress probe of a running job: now and then the periodic
+pass picks running jobs (`sources.Sources`, handed on with the listed copy), and their next look
+lists the checkpoint root for the latest committed step and reads the CustomJob's run records
+(restarts in place). A mixin of `reconciler.Reconciler`, kept apart so that the reconciler module
+holds the door itself."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from controller.adapters.checkpoints import CheckpointsUnreadable
+from controller.adapters.observation import AttemptObservation
 from controller.core import events as ev
 from controller.core.model import JobState
 
@@ -25,3 +27,15 @@ class ProbeSteps:
         except CheckpointsUnreadable as error:
             self._checkpoints_unreadable(state.job_id, state.current.number if state.current else 0, error)
             return []
+
+    def _read_attempt(self, state: JobState, vertex_name: str, attempt: int) -> AttemptObservation:
+        uri = self._request(state.job_id).checkpoint_uri
+        if any(a.number == attempt and a.ended for a in state.attempts):
+            # Re-read for Vertex's late error: the evidence only once the error is there.
+            observation = self.observer.observe(vertex_name, attempt, uri, read_evidence=False)
+            if not observation.has_error():
+                return observation
+        observation = self.observer.observe(vertex_name, attempt, uri)
+        if observation.unreadable is not None:
+            self._checkpoints_unreadable(state.job_id, attempt, observation.unreadable)
+        return observation

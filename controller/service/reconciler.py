@@ -30,7 +30,7 @@ from typing import Any
 from controller import logs
 from controller.adapters.checkpoints import CheckpointsUnreadable
 from controller.adapters.lease import LeaseNotHeld
-from controller.adapters.observation import AttemptObservation, Observer
+from controller.adapters.observation import Observer
 from controller.adapters.vertex import job_labels, observed_event
 from controller.core import events as ev
 from controller.core.actions import (
@@ -60,7 +60,7 @@ from controller.service.interval import EndingRead, IntervalKeeper
 from controller.service.look_timings import CREATE_CALLED, CREATED, DECIDED, GOT, READ, STORED, LookTimings
 from controller.service.placing import placement_inputs
 from controller.service.reconcile_probe import ProbeSteps
-from controller.service.submit import crash_point, ready_at, submit
+from controller.service.submit import crash_point, first_create_wait, ready_at, submit
 from controller.settings import Settings
 from controller.store import Fenced, VersionConflict, Versioned
 from controller.store.keys import cancel_key, job_key
@@ -134,6 +134,9 @@ class Reconciler(AfterTheEnd, ProbeSteps):
         loaded = state
         facts, observed, known = self._facts(state, listed, timings)
         timings.mark(READ)
+        if (turn := first_create_wait(state, facts, self.vertex.lane)) > 0:
+            log.info("waiting for a create slot", job_id=job_id, attempt=1)
+            return turn  # its intent is written when its turn comes
         for look in range(2):  # the first decides from the record just read (a stale one fails the CAS)
             state, actions = self._decide_and_write(job_id, facts, record if look == 0 else None, known)
             timings.mark(DECIDED)
@@ -160,9 +163,10 @@ class Reconciler(AfterTheEnd, ProbeSteps):
         """What is true of the job now, for the core (which attempt was read from Vertex, and what
         was read of its ending, for the interval keeper)."""
         facts: list[ev.Event] = []
-        if not state.cancel_requested and (
-            listed.cancel_recorded if listed else self.store.get(cancel_key(state.job_id)) is not None
-        ):
+        cancelled = listed.cancel_recorded if listed is not None else None
+        if cancelled is None and not state.cancel_requested:
+            cancelled = self.store.get(cancel_key(state.job_id)) is not None
+        if not state.cancel_requested and cancelled:
             facts.append(ev.CancelRequested())
         current, observed = state.current, None
         recorded = current.vertex_name if current is not None else None
@@ -184,18 +188,6 @@ class Reconciler(AfterTheEnd, ProbeSteps):
             observed = current.number
         facts.append(ev.TimerFired())
         return facts, observed, known
-
-    def _read_attempt(self, state: JobState, vertex_name: str, attempt: int) -> AttemptObservation:
-        uri = self._request(state.job_id).checkpoint_uri
-        if any(a.number == attempt and a.ended for a in state.attempts):
-            # Re-read for Vertex's late error: the evidence only once the error is there.
-            observation = self.observer.observe(vertex_name, attempt, uri, read_evidence=False)
-            if not observation.has_error():
-                return observation
-        observation = self.observer.observe(vertex_name, attempt, uri)
-        if observation.unreadable is not None:
-            self._checkpoints_unreadable(state.job_id, attempt, observation.unreadable)
-        return observation
 
     # ==== decide and write once ============================================================
     def _decide_and_write(

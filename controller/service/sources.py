@@ -12,7 +12,9 @@ enqueues it, and `reconcile(job_id)` reads the truth for itself:
     (state filter, read mask) and every live job in the store is enqueued; the jobs whose
     outboxes may hold an unsent alert once per leadership; and the gauges move one step;
   - the intake and the push endpoint enqueue the job they recorded (`service.intake`), through
-    `enqueue`.
+    `enqueue`, and a new job through `enqueue_created` with the record just created, which its
+    first look starts from (reading only its cancel record), as a pass's look starts from the
+    pass's snapshot.
 
 The pass's snapshot: what the pass listed (each live job's document, whether a cancel is recorded
 for it, whether it is due for a progress probe) is handed to that job's next look (`serve`), so
@@ -43,6 +45,7 @@ from controller.service.deps import Listed
 from controller.service.look_timings import LookTimings
 from controller.service.reconciler import Reconciler
 from controller.service.workqueue import WorkQueue
+from controller.store import Versioned
 from controller.store.keys import CANCELS_PREFIX, JOBS_PREFIX
 
 log = logs.get("relaunch.sources")
@@ -87,10 +90,10 @@ class Sources:
     def serve(self, key: str) -> float | None:
         if key == PASS_KEY:
             return self.run_pass()
+        with self._lock:  # taken first: a standby's entries (the intake's) must not pile up
+            listed = self._listed.pop(key, None)
         if not self.is_leader():
             return None
-        with self._lock:
-            listed = self._listed.pop(key, None)
         queued, sweep_waiting = self.queue.taken(key)
         return self.reconciler.reconcile(key, listed, LookTimings(key, queued, sweep_waiting))
 
@@ -98,6 +101,16 @@ class Sources:
         """A look at the job for a reason of its own (its request or cancel recorded, a Vertex
         event): that look reads the store, since the pass's copy may predate the reason."""
         self._touched(job_id)
+        return self.queue.add(job_id)
+
+    def enqueue_created(self, job_id: str, record: Versioned) -> bool:
+        """A new job's first look, handed the record the intake has just created, so that it
+        does not read it back (its cancel record it still reads: a cancel may have come first).
+        Nothing but a look writes a job after its creation, and every look's write drops the entry
+        (`_job_changed`); a pass listing meanwhile keeps it from being taken, as for its own."""
+        self._touched(job_id)
+        with self._lock:
+            self._listed[job_id] = Listed(record, cancel_recorded=None)
         return self.queue.add(job_id)
 
     def _touched(self, job_id: str) -> None:

@@ -17,10 +17,11 @@ from typing import Any
 from google.api_core import exceptions as gexc
 
 from controller import logs
+from controller.adapters.create_lane import CreateLane
 from controller.adapters.vertex import CreateQuotaExceeded, SubmitRejected, VertexBackend
 from controller.core import events as ev
 from controller.core.actions import SubmitAttempt
-from controller.core.model import JobState
+from controller.core.model import JobState, Phase
 from controller.request import JobRequest
 from controller.request.aiplatform import aiplatform_v1
 from controller.request.render import build_custom_job, placement_named
@@ -127,3 +128,15 @@ def crash_point(name: str) -> None:
     if os.environ.get("RELAUNCH_FAULT_CRASH_POINT") == name:
         log.warning("fault injection: crashing", crash_point=name)
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def first_create_wait(state: JobState, facts: list[ev.Event], lane: CreateLane) -> float:
+    """For a job never submitted, with nothing new to decide on: the seconds until its turn in the
+    create lane (0.0: decide now). Until its turn it has nothing to record, since its first
+    attempt's intent is written when the turn comes, before the create; so a backlog of new jobs
+    costs no decision and no write per job while it waits."""
+    if state.phase is not Phase.ACCEPTED or state.attempts or state.cancel_requested:
+        return 0.0
+    if any(not isinstance(fact, ev.TimerFired) for fact in facts):
+        return 0.0
+    return lane.turn_in(state.job_id, ready_at(state))

@@ -96,6 +96,7 @@ class LocalController:
             self.settings,
             self.alerts,
             enqueue=self.sources.enqueue,
+            enqueue_created=self.sources.enqueue_created,
             remember=r.remember_request,
             clock=r.clock,
             metrics=r.metrics,

@@ -73,3 +73,19 @@ def test_a_slot_taken_and_not_used_goes_back():
     assert lane.take("a", 1.0) == 0.0
     lane.give_back()
     assert lane.take("b", 2.0) == 0.0
+
+
+def test_asking_for_a_turn_keeps_the_place_and_takes_no_slot():
+    clock = Clock()
+    limiter = RateLimiter(1, window=60, clock=clock)
+    assert limiter.acquire(timeout=0)
+    lane = CreateLane(limiter, clock=clock)
+    assert lane.turn_in("new-a", 1.0) > 0  # no slot: told when to come back, and queued
+    assert lane.take("new-b", 2.0) > 0
+    assert lane.position("new-a") == 1 and lane.position("new-b") == 2
+
+    clock.now += 60  # one slot is free now
+    assert lane.turn_in("new-a", 1.0) == 0.0  # it would be new-a's, but is not taken by asking
+    assert limiter.free_now() == 1
+    assert lane.take("new-b", 2.0) > 0  # still new-a's place in front
+    assert lane.take("new-a", 1.0) == 0.0

@@ -88,7 +88,8 @@ def test_creates_beyond_the_quota_wait_in_order_and_status_shows_each_jobs_place
     assert [queued[j] for j in waiting] == [1, 2]
     assert waiting == [j for j in job_ids if j in queued]  # in the order they became ready
     document = controller.job(waiting[0])
-    assert document["phase"] == "submitting"
+    # Not submitted yet: its first attempt's intent is recorded when its turn comes.
+    assert document["phase"] == "accepted" and not document["attempts"]
     assert "queued for submission, position 1" in document["submissionQueue"]["summary"]
 
 
