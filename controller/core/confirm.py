@@ -144,15 +144,24 @@ def refine_finished(
         preemptions = state.preemptions + (new == _PREEMPTION) - (old == _PREEMPTION)
         failures = state.failures + (new == _FAILURE) - (old == _FAILURE)
         state = replace(state, preemptions=max(0, preemptions), failures=max(0, failures))
-    said = "; ".join(x for x in (evidence, event.error_message.strip()) if x)
-    account = f"{ending.value if ending else '?'} ({rule}): {said}".strip().rstrip(":")
+    account = account_of(state.job_id, settled, event, obs)
+    return _with_reason(state, attempt.number, account), account
+
+
+def account_of(job_id: str, settled: Attempt, event: ev.VertexObserved, obs: Observation) -> str:
+    """How an ending settled by Vertex's error reads in the job's reason, whether the job goes
+    on or has finished: the ending and its rule, the evidence and the error, where the gang stood
+    (the step) and the command that opens the log of the replica the error names."""
+    said = "; ".join(x for x in (settled.evidence, event.error_message.strip()) if x)
+    ending = settled.ending.value if settled.ending else "?"
+    account = f"{ending} ({settled.rule}): {said}".strip().rstrip(":")
     step = _newest_step(obs.replica_exits)
     if step is not None and f"step {step}" not in account:  # where the gang stood when it died
         account += f" at step {step}"
     named = _NAMED_REPLICA.search(event.error_message)
     if named and "relaunch logs" not in account:
-        account += f" (relaunch logs {state.job_id} --attempt {attempt.number} --replica {named.group(1)})"
-    return _with_reason(state, attempt.number, account), account
+        account += f" (relaunch logs {job_id} --attempt {settled.number} --replica {named.group(1)})"
+    return account
 
 
 # Vertex's error names the replica that failed ("The replica workerpool1-0 ran out of memory ...").

@@ -289,10 +289,11 @@ def _on_vertex_observed(
     earlier = next((a for a in confirm.pending(state) if a.number == event.attempt), None)
     if earlier is not None and earlier.vertex_name == event.vertex_name:
         # Read again after its ending was decided: Vertex's error confirms or corrects it.
-        state = confirm.confirm(state, earlier, event, _observation(state, event, earlier))
+        obs = _observation(state, event, earlier)
+        state = confirm.confirm(state, earlier, event, obs)
         settled = next(a for a in state.attempts if a.number == earlier.number)
-        said = "; ".join(x for x in (settled.evidence, event.error_message.strip()) if x)
-        why = f"attempt {settled.number} corrected by Vertex's error to {settled.ending.value if settled.ending else '?'} ({settled.rule}): {said}"
+        account = confirm.account_of(state.job_id, settled, event, obs)
+        why = f"attempt {settled.number} corrected by Vertex's error to {account}"
         return _judge_budgets(state, now, why, attempt=settled.number)
     current = _attempt(state, event.attempt)
     if current is None or current.ended:

@@ -116,3 +116,30 @@ def test_a_reason_that_already_named_the_replica_is_refined_without_a_second_ale
     )
     assert not any(isinstance(a, RaiseAlert) for a in actions)
     assert text in run.state.terminal_reason and "at step 7" in run.state.terminal_reason
+
+
+def test_a_reclaim_corrected_to_out_of_memory_gives_the_same_account_when_it_ends_the_job():
+    """The worker's node killed out of memory looks, to the trainer, like a reclaimed peer (the
+    chief stopped by the teardown, the worker without a record): decided a preemption at once.
+    Vertex's error corrects it; with no failure budget left the job fails, and its reason names
+    the replica, its code, the step and the command that opens that replica's log."""
+    run = Run.start(max_failures=0)
+    run.config = CoreConfig(error_settle_seconds=90, error_recheck_seconds=10)
+    run.submitted(1)
+    run.running(1)
+    chief = ReplicaExit("workerpool0-0", "stopped_by_peer", 70, step=12)
+    run.ended(1, "FAILED", exit_reason="stopped_by_peer", exit_step=12, replica_exits=(chief,))
+    assert run.state.attempts[0].ending is Ending.PREEMPTED and run.state.attempts[0].provisional
+    run.submitted(2)
+    actions = late_error(run)
+    state = run.state
+    assert state.phase is Phase.FAILED and (state.preemptions, state.failures) == (0, 1)
+    assert state.attempts[0].rule == "out-of-memory"
+    for said in (
+        "workerpool1-0",
+        "137",
+        "step 12",
+        "relaunch logs job-1 --attempt 1 --replica workerpool1-0",
+    ):
+        assert said in state.terminal_reason, state.terminal_reason
+    assert not any(isinstance(a, SubmitAttempt) for a in actions)

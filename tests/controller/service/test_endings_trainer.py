@@ -80,7 +80,7 @@ def test_three_reclaims_during_start_up_are_preemptions_and_the_job_goes_on(devs
 def test_user_errors_and_out_of_memory_are_failures_never_preemptions(devstack, bucket, make_engine):
     """The user's model raising at a step, a worker process ending with status 1, and Vertex's
     documented out-of-memory kill (SIGKILL, 137) of the worker replica, all on Spot: each a
-    failure, never a preemption. The user errors' reasons name the replica, its exit code (the
+    failure, never a preemption. Every reason names the replica, its exit code (the
     replica's: the launcher exits 70 for a worker's error, with the worker's own status beside it
     when they differ) and the step."""
     engine = make_engine()
@@ -105,3 +105,12 @@ def test_user_errors_and_out_of_memory_are_failures_never_preemptions(devstack, 
     assert re.search(
         r"workerpool1-0 exit 70 \(worker exit 1\) at step \d+: worker exit codes \[1\]", exits
     ), exits
+    # Out of memory: the killed worker's node leaves no record and the chief was stopped by the
+    # teardown, which is how a reclaimed peer looks, so the controller may decide a preemption
+    # before Vertex's documented error arrives; the error corrects it. Either way the reason
+    # ends up naming the killed replica, its code, the step and the command for its log.
+    oom = drive(engine, "oom", lambda d: "137" in (d["terminalReason"] or ""), timeout=240)
+    reason = oom["terminalReason"]
+    assert "workerpool1-0" in reason and re.search(r"\bstep \d+", reason), reason
+    assert "relaunch logs oom --attempt 1 --replica workerpool1-0" in reason, reason
+    assert (oom["phase"], oom["preemptions"], oom["failures"]) == ("failed", 0, 1)
