@@ -7,9 +7,20 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from controller.store.keys import JOBS_PREFIX
 from tests.controller.service.test_engine_live_work import gcs_store_engine, simulated_request
+from tests.support.daemon import cancel_vertex_jobs
 from tests.support.engine import accept, drive, terminal
+
+
+@pytest.fixture(autouse=True)
+def _stop_custom_jobs(devstack):
+    """Their simulated replicas run until cancelled; left running on the session's devstack, every
+    later test's pass would list them."""
+    yield
+    cancel_vertex_jobs(devstack, {"fresh", "early", "late", "first", "second"})
 
 
 def _until_first_write(devstack, bucket: str) -> list[str]:
