@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+import uuid
 from collections import Counter
 
 import pytest
@@ -43,7 +44,11 @@ def test_create_quota_and_a_leader_paused_past_its_lease_never_make_a_second_cus
     leader is also frozen (SIGSTOP) past its lease while it waits, and thawed after the takeover:
     it must not make one more Vertex call."""
     config = gcs_settings(settings, bucket, RELAUNCH_CREATES_PER_MINUTE="2")
-    jobs = [f"quota-{i}" for i in range(5)]
+    # Ids of this run only: the session's devstack still lists CustomJobs that earlier tests
+    # made for jobs of the same name (test_engine_devstack's "quota-1"), which the count below
+    # would take for a second CustomJob of one attempt.
+    run = uuid.uuid4().hex[:6]
+    jobs = [f"quota-{run}-{i}" for i in range(5)]
     first = controllers(devstack.env(), tmp_path / "a.log", **config, RELAUNCH_CONTROLLER_ID="ctl-a")
     first.wait_ready("leader")
     second = controllers(devstack.env(), tmp_path / "b.log", **config, RELAUNCH_CONTROLLER_ID="ctl-b")
