@@ -28,3 +28,15 @@ def region_b(tmp_path):
     )
     yield emulator
     emulator.stop()
+
+
+def two_node_spot_placement(name: str, region: str, price: float, machine: str) -> dict:
+    """A placement of two one-replica pools on `machine` (CPU only) on Spot in `region`."""
+    pool = {"machineType": machine, "acceleratorCount": 0, "replicaCount": 1}
+    return {
+        "name": name,
+        "region": region,
+        "workerPools": [pool, pool],
+        "strategy": "SPOT",
+        "pricePerNodeHour": price,
+    }

@@ -16,20 +16,13 @@ from google.cloud.aiplatform_v1 import JobState
 
 from devstack.vertex.testing import wait_until
 from tests.support.engine import FAKE_TRAINER, accept, drive, terminal
-from tests.support.regions import A, B
+from tests.support.regions import A, B, two_node_spot_placement
 
 MACHINE = "e2-standard-4"  # a machine type no other test limits
 
 
 def placement(name: str, region: str, price: float) -> dict:
-    pool = {"machineType": MACHINE, "acceleratorCount": 0, "replicaCount": 1}
-    return {
-        "name": name,
-        "region": region,
-        "workerPools": [pool, pool],
-        "strategy": "SPOT",
-        "pricePerNodeHour": price,
-    }
+    return two_node_spot_placement(name, region, price, MACHINE)
 
 
 def placed_request(job_id: str, bucket: str) -> bytes:

@@ -17,7 +17,7 @@ from tests.support.real_trainer import (
     resumed_from,
     trainer_request,
 )
-from tests.support.regions import A, B
+from tests.support.regions import A, B, two_node_spot_placement
 from trainer.fault_hooks import HOLD_AT_STEP
 
 STEPS, HOLD = 9, 4  # the first attempt holds after step 4 until it is reclaimed
@@ -25,14 +25,7 @@ MACHINE = "c2-standard-8"  # a machine type no other test limits
 
 
 def placement(name: str, region: str, price: float) -> dict:
-    pool = {"machineType": MACHINE, "acceleratorCount": 0, "replicaCount": 1}
-    return {
-        "name": name,
-        "region": region,
-        "workerPools": [pool, pool],
-        "strategy": "SPOT",
-        "pricePerNodeHour": price,
-    }
+    return two_node_spot_placement(name, region, price, MACHINE)
 
 
 def final_digest(devstack, vertex_job: str, vertex=None) -> str | None:
