@@ -15,14 +15,20 @@ from tests.support.vertex_endings import OUT_OF_MEMORY
 OOM = OUT_OF_MEMORY.format(replica="workerpool1-0", code=137)
 
 
-def failed_before_the_error() -> Run:
-    """A 2-node job with no failure budget: a worker is killed out of memory at step 12. It left
-    no record; the chief's launcher says runtime_error and its replica record says the teardown
-    stopped it. The controller decides before Vertex's error: a user error, no detail."""
+def running_without_budget() -> Run:
+    """A job with no failure budget whose attempt 1 runs; Vertex's error is awaited up to 90 s."""
     run = Run.start(max_failures=0)
     run.config = CoreConfig(error_settle_seconds=90, error_recheck_seconds=10)
     run.submitted(1)
     run.running(1)
+    return run
+
+
+def failed_before_the_error() -> Run:
+    """A 2-node job with no failure budget: a worker is killed out of memory at step 12. It left
+    no record; the chief's launcher says runtime_error and its replica record says the teardown
+    stopped it. The controller decides before Vertex's error: a user error, no detail."""
+    run = running_without_budget()
     chief = ReplicaExit("workerpool0-0", "preempted", 143, step=12)
     run.ended(1, "FAILED", exit_reason="runtime_error", exit_step=12, replica_exits=(chief,))
     assert run.state.phase is Phase.FAILED and run.state.current.provisional
@@ -123,10 +129,7 @@ def test_a_reclaim_corrected_to_out_of_memory_gives_the_same_account_when_it_end
     chief stopped by the teardown, the worker without a record): decided a preemption at once.
     Vertex's error corrects it; with no failure budget left the job fails, and its reason names
     the replica, its code, the step and the command that opens that replica's log."""
-    run = Run.start(max_failures=0)
-    run.config = CoreConfig(error_settle_seconds=90, error_recheck_seconds=10)
-    run.submitted(1)
-    run.running(1)
+    run = running_without_budget()
     chief = ReplicaExit("workerpool0-0", "stopped_by_peer", 70, step=12)
     run.ended(1, "FAILED", exit_reason="stopped_by_peer", exit_step=12, replica_exits=(chief,))
     assert run.state.attempts[0].ending is Ending.PREEMPTED and run.state.attempts[0].provisional
