@@ -288,6 +288,8 @@ def record_run(cfg: TrainConfig, identity: JobIdentity, log) -> None:
     except Exception as exc:  # the run goes on: the controller still sees the attempt's ending
         log.warning("could not write the run record", error=str(exc))
         return
+    # The workers inherit it: the chief's exit record then names the run that wrote it.
+    os.environ[layout.RUN_ENV] = str(record.run)
     if record.run > 1:
         log.warning("restarted in place by Vertex", run=record.run, resume_step=record.resume_step)
 
@@ -309,6 +311,7 @@ def write_fallback_exit_record(cfg: TrainConfig, identity: JobIdentity, code: in
                 checkpoint_saved=False,
                 signal="SIGTERM" if code in _PREEMPTED_CODES else None,
                 vertex_job_id=identity.vertex_job_id,
+                run=layout.run_from_env(os.environ),
             ),
         )
     except Exception as exc:

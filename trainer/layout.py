@@ -28,6 +28,9 @@ EXITS_DIR_NAME = "exits"
 VERTEX_JOB_ID_ENV = "CLOUD_ML_JOB_ID"
 # The controller sets this per attempt; default of --checkpoint-every-seconds.
 CHECKPOINT_INTERVAL_ENV = "RELAUNCH_CHECKPOINT_INTERVAL_SECONDS"
+# The chief's launcher sets this for its workers once it has recorded the run (`RunRecord.run`),
+# so the chief's exit record names the run that wrote it.
+RUN_ENV = "RELAUNCH_RUN"
 
 EXIT_OK = 0
 EXIT_CONFIG = 64
@@ -130,6 +133,12 @@ _ID_UNSAFE_RE = re.compile(r"[^A-Za-z0-9_.-]")
 
 def _safe_id(text: str) -> str:
     return _ID_UNSAFE_RE.sub("_", text)[:128]
+
+
+def run_from_env(env: Mapping[str, str]) -> int | None:
+    """The run number the chief's launcher recorded (RELAUNCH_RUN), None if unset or garbled."""
+    value = (env.get(RUN_ENV) or "").strip()
+    return int(value) if value.isdigit() and int(value) >= 1 else None
 
 
 def vertex_job_id_from_env(env: Mapping[str, str]) -> str | None:
@@ -376,9 +385,12 @@ class ExitRecord:
     last_committed_step: int | None = None
     checkpoint_saved: bool = False
     signal: str | None = None
-    time: str = field(default_factory=utc_now)
+    # Milliseconds since this release (whole seconds before): `written_since` compares it with
+    # the start of a run that may have begun within the same second.
+    time: str = field(default_factory=utc_now_ms)
     # Optional (absent in older records):
     vertex_job_id: str | None = None  # the CustomJob that wrote it (CLOUD_ML_JOB_ID)
+    run: int | None = None  # the run of that CustomJob (RELAUNCH_RUN), when the launcher recorded one
     # With reason no_usable_checkpoint: the root searched, and the steps lost if training
     # restarts from scratch (the newest step a checkpoint existed for, or the resume floor).
     checkpoint_root: str | None = None
@@ -409,6 +421,7 @@ class ExitRecord:
             ("checkpointRoot", self.checkpoint_root),
             ("stepsLost", self.steps_lost),
             ("finalStep", self.final_step),
+            ("run", self.run),
         ):
             if value is not None:
                 doc[key] = value
@@ -438,6 +451,7 @@ class ExitRecord:
             checkpoint_root=_optional(doc, "checkpointRoot", str),
             steps_lost=_optional(doc, "stepsLost", int),
             final_step=_optional(doc, "finalStep", int),
+            run=_optional(doc, "run", int),
         )
 
 
@@ -611,6 +625,34 @@ class RunRecord:
             previous_chief=ExitRecord.from_json(json.dumps(chief)) if chief is not None else None,
             previous_replicas=tuple(ReplicaExit.from_json(json.dumps(r)) for r in replicas),
         )
+
+
+def written_since(stamp: str, run_started: str) -> bool:
+    """Whether a record stamped `stamp` was written at or after `run_started` (a run record's
+    time). A stamp in whole seconds (a trainer older than this release) gets the benefit of its
+    second; a stamp that cannot be read is kept, as the string comparison before kept it."""
+    try:
+        written = datetime.fromisoformat(stamp)
+        started = datetime.fromisoformat(run_started)
+    except (TypeError, ValueError):
+        return True
+    if written.microsecond == 0 and "." not in stamp:
+        started = started.replace(microsecond=0)
+    return written >= started
+
+
+def records_of_run(
+    run: RunRecord, chief: ExitRecord | None, replicas: Iterable[ReplicaExit]
+) -> tuple[ExitRecord | None, tuple[ReplicaExit, ...]]:
+    """The exit records that speak of `run`: each run overwrites the ones before it only when
+    it ends, so a run killed without a word (SIGKILL) leaves an earlier run's records in place.
+    The chief's record names its run when the launcher recorded one; otherwise, and for every
+    replica's, the record must be written after the run began."""
+    if chief is not None and not (
+        chief.run == run.run if chief.run is not None else written_since(chief.time, run.time)
+    ):
+        chief = None
+    return chief, tuple(r for r in replicas if written_since(r.time, run.time))
 
 
 def first_failed_replica(records: list[ReplicaExit]) -> ReplicaExit | None:

@@ -388,6 +388,7 @@ def record(
             signal=signal,
             vertex_job_id=identity.vertex_job_id,
             final_step=cfg.steps,
+            run=layout.run_from_env(os.environ),
             **extra,
         ),
     )

@@ -426,8 +426,8 @@ def record_run_start(
     """Record that a run of this attempt's CustomJob begins (its chief calls it once, first).
 
     A run that finds earlier ones is a restart in place: it keeps the previous run's exit
-    records (the ones written since that run began; older ones speak of an older run) before
-    this run's own overwrite them. Create-only, so two writers never share a run number."""
+    records (`layout.records_of_run`: older ones speak of an older run) before this run's own
+    overwrite them. Create-only, so two writers never share a run number."""
     store = open_storage(root) if isinstance(root, str) else root
     for _ in range(5):
         runs = read_run_records(store, attempt, vertex_job_id)
@@ -436,11 +436,11 @@ def record_run_start(
         chief: layout.ExitRecord | None = None
         replicas: tuple[layout.ReplicaExit, ...] = ()
         if previous is not None:
-            since = previous.time
-            chief = read_exit_record(store, attempt, vertex_job_id)
-            if chief is not None and chief.time < since[:19] + "Z":  # whole seconds: not this run's
-                chief = None
-            replicas = tuple(r for r in read_replica_exits(store, attempt, vertex_job_id) if r.time >= since)
+            chief, replicas = layout.records_of_run(
+                previous,
+                read_exit_record(store, attempt, vertex_job_id),
+                read_replica_exits(store, attempt, vertex_job_id),
+            )
         record = layout.RunRecord(
             job_id=job_id,
             attempt=attempt,

@@ -30,6 +30,7 @@ from controller.adapters.runs import restarts_of
 from controller.adapters.vertex import VertexBackend, job_labels, observed_event, vertex_state_name
 from controller.core import events as ev
 from controller.core.model import VERTEX_TERMINAL, Attempt
+from trainer import layout
 
 log = logs.get("relaunch.observation")
 
@@ -157,6 +158,9 @@ class Observer:
             )
             if ending.latest is not None:
                 checkpoint = ev.CheckpointObserved(ending.latest.step, ending.latest.uri)
+            if runs:  # a last run killed without a word left an earlier run's records in place
+                exit_record, kept = layout.records_of_run(runs[-1], exit_record, replicas)
+                replicas = list(kept)
         observed = observed_event(
             job, attempt, exit_record, progress_unknown=unreadable is not None, replica_exits=replicas
         )

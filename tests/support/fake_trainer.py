@@ -60,9 +60,12 @@ def main() -> int:
         == "workerpool0"
     )
     vertex_job_id = layout.vertex_job_id_from_env(os.environ)
+    run = None
     if chief and vertex_job_id:
         # As the real trainer's launcher does: a second run of one CustomJob is a restart in place.
-        storage.record_run_start(store, job_id, attempt, vertex_job_id, newest.step if newest else None)
+        run = storage.record_run_start(
+            store, job_id, attempt, vertex_job_id, newest.step if newest else None
+        ).run
     if chief:
         store.write_bytes(
             f"starts/attempt-{attempt:04d}.json",
@@ -83,8 +86,8 @@ def main() -> int:
                         last_committed_step=last_committed,
                         checkpoint_saved=last_committed == step,
                         exit_code=75,
-                        time=layout.utc_now(),
                         vertex_job_id=vertex_job_id,
+                        run=run,
                     ),
                 )
             return 75

@@ -101,6 +101,19 @@ def test_an_ending_without_records_or_checkpoints_costs_two_listings(emulator, p
     assert _calls(emulator) == ["GET list", "GET list"]
 
 
+def test_a_last_run_killed_without_a_word_is_not_given_an_earlier_runs_records(emulator, probe):
+    """Vertex restarted the CustomJob in place and then the run 2 it started was SIGKILLed: the
+    records of run 1 still lie there, and they must not speak for the ending of run 2."""
+    _two_replica_ending(GcsStorage(ROOT))
+    record_run_start(GcsStorage(ROOT), "demo", 3, VERTEX_ID, resume_step=120)  # run 2, then nothing
+    observation = Observer(EndedJob(), probe).observe(NAME, 3, ROOT)
+    assert observation.exit_record is None
+    assert isinstance(observation.vertex, ev.VertexObserved)
+    assert observation.vertex.exit_reason is None and observation.vertex.replica_exits == ()
+    (restart,) = observation.vertex.restarts  # run 1's records are run 2's restart evidence
+    assert restart.previous_reason == "preempted"
+
+
 def test_the_ending_is_read_on_the_looks_own_thread(emulator, probe):
     _two_replica_ending(GcsStorage(ROOT))
     seen: set[str] = set()
