@@ -10,6 +10,7 @@ them on the way out.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import logging
 import os
@@ -49,6 +50,11 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    # Three stand-ins share this process's interpreter lock and garbage collector (Google's
+    # services share nothing): a 1 ms switch interval keeps one's work (a long listing) from
+    # holding up another's answer, and a rarer full collection stalls them all less often.
+    sys.setswitchinterval(0.001)
+    gc.set_threshold(2_000, 10, 100)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     state = Path(args.dir).resolve()
     state.mkdir(parents=True, exist_ok=True)

@@ -82,7 +82,12 @@ class DevStack:
             say(f"Cloud Storage stand-in listening on {self.gcs.url}")
             # A channel of our own: the stack must not depend on (or change) os.environ.
             channel = grpc.insecure_channel(self.pubsub.host_port)
-            self._publisher = pubsub_v1.PublisherClient(transport=PublisherGrpcTransport(channel=channel))
+            # One message per batch: the client's default waits up to 10 ms for a batch to fill,
+            # and every state event waited that long (a stand-in's delay, not the sink's).
+            self._publisher = pubsub_v1.PublisherClient(
+                batch_settings=pubsub_v1.types.BatchSettings(max_messages=1),
+                transport=PublisherGrpcTransport(channel=channel),
+            )
             try:
                 self._publisher.create_topic(name=self.events_topic)
             except gexc.AlreadyExists:
