@@ -392,9 +392,3 @@ class Controller(HttpFacade):
         if self.webhook is not None:
             self.webhook.close()
         log.info("controller stopped")
-
-
-def main() -> int:
-    settings = Settings()
-    logs.configure(settings.log_level)
-    return Controller(settings).run()
