@@ -74,23 +74,26 @@ def make_client(project: str | None = None) -> Any:
     adapter = requests.adapters.HTTPAdapter(pool_maxsize=POOL_CONNECTIONS)
     for scheme in ("https://", "http://"):
         client._http.mount(scheme, adapter)  # the client's own (authorized) session
-    if not _environment_settings():
-        # Nothing in the environment for requests to apply: it would still scan every variable
-        # (proxies) and stat ~/.netrc on each call, a fifth of a state-store call's CPU.
+    if not urllib.request.getproxies_environment():
+        # With `trust_env` on, requests scans every variable (proxies) and stats ~/.netrc on each
+        # call, a fifth of a state-store call's CPU. Without proxies (whose exclusions depend on
+        # the URL) all it would take from the environment is a CA bundle, the same on every call:
+        # it is taken once, here, and the per-call scan is switched off.
+        bundle = _ca_bundle()
+        if bundle:
+            client._http.verify = bundle
         client._http.trust_env = False
     return client
 
 
-# What requests takes from the environment on every call when `trust_env` is on: proxies (and
-# their exclusions) and a CA bundle; ~/.netrc never applies, the session sends its own token.
-_REQUESTS_ENVIRONMENT = ("REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE")
+# The CA bundle requests takes from the environment (in this order) when `trust_env` is on;
+# ~/.netrc never applies, the session sends its own token.
+_CA_BUNDLE_VARIABLES = ("REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE")
 
 
-def _environment_settings() -> bool:
-    """Whether the environment sets anything requests would apply to a call."""
-    return bool(urllib.request.getproxies_environment()) or any(
-        os.environ.get(name) for name in _REQUESTS_ENVIRONMENT
-    )
+def _ca_bundle() -> str | None:
+    """The CA bundle the environment names for requests, if any."""
+    return next((os.environ[name] for name in _CA_BUNDLE_VARIABLES if os.environ.get(name)), None)
 
 
 def is_transient(exc: BaseException) -> bool:

@@ -21,9 +21,11 @@ on a root that is not the job's own backs nothing. A crash between the claim and
 leaves the claim alone, and the redelivery finds it its own and records the job.
 
 A cancel is recorded under `cancels/{job}` whether or not the job exists yet. Every reconcile of
-a job reads its cancel record as one of the facts the core decides on, so a job whose cancel
-came first is cancelled on its first look (no Vertex job is ever made), and no cancel is lost to
-the order in which things arrive.
+a job that decides reads its cancel record as one of the facts the core decides on, so a job
+whose cancel came first is cancelled on its first look that decides (no Vertex job is ever made):
+at once when a create slot is free; for a new job waiting for its create-slot turn (whose looks
+decide nothing and read nothing), at its turn or by the next pass, whose listing of the cancel
+records finds it. No cancel is lost to the order in which things arrive.
 """
 
 from __future__ import annotations

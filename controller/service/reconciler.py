@@ -137,6 +137,8 @@ class Reconciler(AfterTheEnd, ProbeSteps):
         if (turn := first_create_wait(state, facts, self.vertex.lane)) > 0:
             log.info("waiting for a create slot", job_id=job_id, attempt=1)
             return turn  # its intent is written when its turn comes
+        if listed is not None and listed.cancel_recorded is None and self._cancel_recorded(state):
+            facts.insert(0, ev.CancelRequested())  # read only now that the look decides
         for look in range(2):  # the first decides from the record just read (a stale one fails the CAS)
             state, actions = self._decide_and_write(job_id, facts, record if look == 0 else None, known)
             timings.mark(DECIDED)
@@ -163,9 +165,9 @@ class Reconciler(AfterTheEnd, ProbeSteps):
         """What is true of the job now, for the core (which attempt was read from Vertex, and what
         was read of its ending, for the interval keeper)."""
         facts: list[ev.Event] = []
-        cancelled = listed.cancel_recorded if listed is not None else None
-        if cancelled is None and not state.cancel_requested:
-            cancelled = self.store.get(cancel_key(state.job_id)) is not None
+        # A new job from the intake (cancel not read: None) is told of its cancel by the look once
+        # its create-slot turn has come; until then the look decides nothing and reads nothing.
+        cancelled = listed.cancel_recorded if listed is not None else self._cancel_recorded(state)
         if not state.cancel_requested and cancelled:
             facts.append(ev.CancelRequested())
         current, observed = state.current, None
@@ -188,6 +190,9 @@ class Reconciler(AfterTheEnd, ProbeSteps):
             observed = current.number
         facts.append(ev.TimerFired())
         return facts, observed, known
+
+    def _cancel_recorded(self, state: JobState) -> bool:
+        return not state.cancel_requested and self.store.get(cancel_key(state.job_id)) is not None
 
     # ==== decide and write once ============================================================
     def _decide_and_write(

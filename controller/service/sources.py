@@ -13,8 +13,8 @@ enqueues it, and `reconcile(job_id)` reads the truth for itself:
     outboxes may hold an unsent alert once per leadership; and the gauges move one step;
   - the intake and the push endpoint enqueue the job they recorded (`service.intake`), through
     `enqueue`, and a new job through `enqueue_created` with the record just created, which its
-    first look starts from (reading only its cancel record), as a pass's look starts from the
-    pass's snapshot.
+    first look starts from (reading only its cancel record, and that only once its create-slot
+    turn has come), as a pass's look starts from the pass's snapshot.
 
 The pass's snapshot: what the pass listed (each live job's document, whether a cancel is recorded
 for it, whether it is due for a progress probe) is handed to that job's next look (`serve`), so
@@ -105,7 +105,8 @@ class Sources:
 
     def enqueue_created(self, job_id: str, record: Versioned) -> bool:
         """A new job's first look, handed the record the intake has just created, so that it
-        does not read it back (its cancel record it still reads: a cancel may have come first).
+        does not read it back (its cancel record it still reads, once its create-slot turn has
+        come and the look decides: a cancel may have come first).
         Nothing but a look writes a job after its creation, and every look's write drops the entry
         (`_job_changed`); a pass listing meanwhile keeps it from being taken, as for its own."""
         self._touched(job_id)

@@ -25,6 +25,8 @@ Covered
   delete, answered with 412 conditionNotMet.
 - Concurrency: a threading server; each object's check-and-write runs under a per-object
   lock, so of two concurrent create-only writes exactly one wins.
+- Connections: HTTP/1.1, kept open between requests (a client's pooled connection serves call
+  after call, as Google's clients reuse theirs with the service); `stop()` ends them all.
 - Listing with prefix, delimiter (prefixes) and matchGlob, in pages of at most 1,000
   (maxResults, pageToken, nextPageToken).
 - Persistence: with data_dir, objects and metadata survive a restart (or a kill: each object

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import re
+import socket
 import threading
 import urllib.parse
 from dataclasses import dataclass, field
@@ -256,13 +257,18 @@ def dispatch(request: Request, response: Response, backend: Backend) -> None:
 
 class _RequestHandler(BaseHTTPRequestHandler):
     backend: Backend  # set on the subclass made per server
+    # Persistent connections, as Cloud Storage keeps them: a client's pooled connection serves
+    # call after call (every reply carries its Content-Length). Without Nagle's algorithm, as the
+    # reply's headers and body go out in two writes and would wait for the client's delayed ACK.
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
 
     def _handle(self):
         method = self.headers.get("X-HTTP-Method-Override") or self.command
         request = Request(self, method)
         response = Response(self, request.base_url)
         dispatch(request, response, self.backend)
-        request.drain()  # HTTP/1.0 closes after the reply; unread bytes would reset the client
+        request.drain()  # unread bytes would be taken for the connection's next request
         response.close()
 
     do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _handle
@@ -274,6 +280,29 @@ class _RequestHandler(BaseHTTPRequestHandler):
 class _ThreadingServer(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 128
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.connections: set = set()  # open client connections (each served by its thread)
+        self.connections_accepted = 0  # ever (only the serving thread counts)
+
+    def get_request(self):
+        connection, address = super().get_request()
+        self.connections.add(connection)
+        self.connections_accepted += 1
+        return connection, address
+
+    def shutdown_request(self, request):
+        self.connections.discard(request)
+        super().shutdown_request(request)
+
+    def close_connections(self) -> None:
+        """End every open connection, so that no client goes on talking to a stopped server."""
+        for connection in list(self.connections):
+            try:
+                connection.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # closed by its client meanwhile
 
 
 class GcsEmulator:
@@ -294,12 +323,18 @@ class GcsEmulator:
         self._thread.start()
 
     @property
+    def connections_accepted(self) -> int:
+        """How many connections clients have opened to this stand-in so far."""
+        return self._server.connections_accepted
+
+    @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
     def stop(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+        self._server.close_connections()
         self._thread.join(timeout=10)
 
     def __enter__(self) -> GcsEmulator:

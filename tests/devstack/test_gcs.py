@@ -45,6 +45,48 @@ def _md5(data: bytes) -> str:
     return base64.b64encode(hashlib.md5(data).digest()).decode()
 
 
+# ---- connections -------------------------------------------------------------------------
+
+
+def test_calls_one_after_another_share_one_connection(gcs, monkeypatch):
+    """As Cloud Storage keeps a client's connection open between requests, so does the stand-in:
+    a run of calls (hits, misses, uploads, listings) costs no new connection per call."""
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", gcs.url)
+    # Without the library's background bucket lookups, which open connections of their own.
+    monkeypatch.setenv("DISABLE_GCS_PYTHON_CLIENT_OTEL_BUCKET_METADATA", "true")
+    client = storage.Client(project="relaunch-test", credentials=AnonymousCredentials())
+    bucket = client.bucket("kept-open")
+    bucket.create()
+
+    def calls(index: int) -> None:
+        bucket.blob(f"kept/{index}").upload_from_string(b"x")
+        with pytest.raises(gexc.NotFound):
+            bucket.blob(f"missing/{index}").download_as_bytes()
+        assert bucket.blob(f"kept/{index}").download_as_bytes() == b"x"
+        assert len(list(bucket.list_blobs(prefix="kept/"))) == index + 1
+
+    calls(0)  # the pool opens what it needs once
+    opened = gcs.connections_accepted
+    for index in range(1, 6):
+        calls(index)
+
+    assert gcs.connections_accepted == opened
+
+
+def test_a_stopped_stand_in_serves_no_open_connection(monkeypatch):
+    """A connection kept open from before a stop is not served by the stopped stand-in: the next
+    call fails to connect, as it would with nothing listening."""
+    emulator = start_gcs()
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", emulator.url)
+    client = storage.Client(project="relaunch-test", credentials=AnonymousCredentials())
+    client.create_bucket("stopping").blob("x").upload_from_string(b"x")
+
+    emulator.stop()
+
+    with pytest.raises(requests.exceptions.ConnectionError):
+        client.bucket("stopping").blob("x").download_as_bytes(retry=None, timeout=5)
+
+
 # ---- buckets ---------------------------------------------------------------------------
 
 

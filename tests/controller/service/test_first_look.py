@@ -1,7 +1,8 @@
 """A new job's first look starts from the record the intake has just created: it does not read
 that record back from the store, but it still reads the job's cancel record (a cancel may have
-been recorded before the request, or while it was being recorded). Counted at devstack's side
-with the real clients."""
+been recorded before the request, or while it was being recorded) before it decides. A new job
+whose create-slot turn has not come decides nothing, so its first look reads nothing at all.
+Counted at devstack's side with the real clients."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 from controller.store.keys import JOBS_PREFIX
 from tests.controller.service.test_engine_live_work import gcs_store_engine, simulated_request
 from tests.support.daemon import cancel_vertex_jobs
-from tests.support.engine import accept, drive, terminal
+from tests.support.engine import accept, drive, terminal, vertex_jobs_for
 
 
 @pytest.fixture(autouse=True)
@@ -20,7 +21,7 @@ def _stop_custom_jobs(devstack):
     """Their simulated replicas run until cancelled; left running on the session's devstack, every
     later test's pass would list them."""
     yield
-    cancel_vertex_jobs(devstack, {"fresh", "early", "late", "first", "second"})
+    cancel_vertex_jobs(devstack, {"fresh", "early", "late", "first", "second", "ahead", "queued"})
 
 
 def _until_first_write(devstack, bucket: str) -> list[str]:
@@ -94,3 +95,25 @@ def test_a_new_job_waiting_for_a_create_slot_records_nothing_until_its_turn(devs
     state = drive(engine, "second", lambda d: bool(d["attempts"] and d["attempts"][0].get("vertexJob")))
     assert len(state["attempts"]) == 1, state
     assert engine.reconciler.vertex.get(state["attempts"][0]["vertexJob"]) is not None  # made, at Vertex
+
+
+def test_a_waiting_new_jobs_first_look_reads_nothing_and_an_earlier_cancel_still_holds(
+    devstack, bucket, alerts_topic
+):
+    engine = gcs_store_engine(devstack, bucket, alerts_topic, creates_per_minute=1)
+    assert accept(engine, simulated_request("ahead", bucket)).status == "accepted"
+    engine.serve()  # "ahead" takes the minute's only create slot
+    assert engine.cancel("queued").status == "cancel"  # before its request
+    assert accept(engine, simulated_request("queued", bucket)).status == "accepted"
+    devstack.gcs.calls.reset()
+
+    engine.serve()  # its first look: its turn is a minute away
+
+    assert engine.reconciler.vertex.lane.position("queued") == 1
+    named = [path for _, path in devstack.gcs.calls.recent() if "queued" in path]
+    assert named == []  # neither its record nor its cancel was read, nothing written
+    # The cancel is read when the look decides (its turn), or listed by a pass: no Vertex job.
+    engine.reconciler.vertex.creates.give_back()
+    state = drive(engine, "queued", terminal)
+    assert state["phase"] == "cancelled" and not state["attempts"], state
+    assert vertex_jobs_for(devstack, "queued") == []
