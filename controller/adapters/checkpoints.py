@@ -54,6 +54,15 @@ def _refusal(exc: BaseException, uri: str, permission: str) -> CheckpointsUnread
     return None
 
 
+_LIST_AND_GET = "storage.objects.list and storage.objects.get"
+
+
+def _read_failure(exc: BaseException, uri: str, permission: str, what: str) -> Exception:
+    """What a failed read raises: the refusal waiting cannot mend, else CheckpointsUnavailable."""
+    refusal = _refusal(exc, uri, permission)
+    return refusal or CheckpointsUnavailable(f"cannot read {what} under {uri}: {exc!r}")
+
+
 @dataclass(frozen=True)
 class CheckpointInfo:
     step: int
@@ -178,10 +187,7 @@ class CheckpointProbe:
             log.warning("checkpoint location unusable", error=str(exc))
             return None
         except Exception as exc:  # anything else means we do not know
-            refusal = _refusal(exc, checkpoint_uri, "storage.objects.list and storage.objects.get")
-            if refusal is not None:
-                raise refusal from exc
-            raise CheckpointsUnavailable(f"cannot read checkpoints under {checkpoint_uri}: {exc!r}") from exc
+            raise _read_failure(exc, checkpoint_uri, _LIST_AND_GET, "checkpoints") from exc
         self._warn_about_rejected_markers(reader, marker, log)
         if marker is None:
             log.info("no committed checkpoint")
@@ -206,10 +212,7 @@ class CheckpointProbe:
             log.warning("checkpoint location unusable", error=str(exc))
             return []
         except Exception as exc:
-            refusal = _refusal(exc, checkpoint_uri, "storage.objects.list and storage.objects.get")
-            if refusal is not None:
-                raise refusal from exc
-            raise CheckpointsUnavailable(f"cannot read checkpoints under {checkpoint_uri}: {exc!r}") from exc
+            raise _read_failure(exc, checkpoint_uri, _LIST_AND_GET, "checkpoints") from exc
         return markers
 
     def ending(self, checkpoint_uri: str, attempt: int, *, vertex_job_id: str, markers: int = 5) -> Ending:
@@ -226,10 +229,7 @@ class CheckpointProbe:
             log.warning("checkpoint location unusable", error=str(exc))
             return Ending(None, None, [], [], [])
         except Exception as exc:
-            refusal = _refusal(exc, checkpoint_uri, "storage.objects.list and storage.objects.get")
-            if refusal is not None:
-                raise refusal from exc
-            raise CheckpointsUnavailable(f"cannot read the ending under {checkpoint_uri}: {exc!r}") from exc
+            raise _read_failure(exc, checkpoint_uri, _LIST_AND_GET, "the ending") from exc
         found: list[layout.CommitMarker] = []
         given_up = False
         for step in reversed(steps):
@@ -240,12 +240,7 @@ class CheckpointProbe:
                     log.warning("older commit markers unreadable", error=repr(exc))
                     given_up = True
                     break
-                refusal = _refusal(exc, checkpoint_uri, "storage.objects.get")
-                if refusal is not None:
-                    raise refusal from exc
-                raise CheckpointsUnavailable(
-                    f"cannot read checkpoints under {checkpoint_uri}: {exc!r}"
-                ) from exc
+                raise _read_failure(exc, checkpoint_uri, "storage.objects.get", "checkpoints") from exc
             if marker is not None:
                 found.append(marker)
             if len(found) >= markers:
@@ -301,11 +296,8 @@ class CheckpointProbe:
             log.warning("checkpoint location unusable", error=str(exc))
             return None
         except Exception as exc:
-            refusal = _refusal(exc, checkpoint_uri, "storage.objects.get")
-            if refusal is not None:
-                raise refusal from exc
-            raise CheckpointsUnavailable(
-                f"cannot read the exit record of attempt {attempt} under {checkpoint_uri}: {exc!r}"
+            raise _read_failure(
+                exc, checkpoint_uri, "storage.objects.get", f"the exit record of attempt {attempt}"
             ) from exc
         if record is None:
             self._say_no_record(reader, attempt, vertex_job_id, log)
