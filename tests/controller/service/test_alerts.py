@@ -131,7 +131,13 @@ def test_infrastructure_failures_without_progress_raise_crash_loop(bucket, engin
         {},
     )
     doc = drive(engine, "al-loop", terminal)
-    assert [a["ending"] for a in doc["attempts"] if a["ending"]] == ["infrastructure", "infrastructure"]
+    # Vertex sets a failed job's error a moment after its state (devstack: 1 s), so each ending is
+    # decided from the state at once and corrected when the error comes; attempt 3 starts in
+    # between, and whether it too has ended when attempt 2's correction fails the job is a race.
+    # Either way the first two are infrastructure, counted as failures, and no fourth is made.
+    endings = [a["ending"] for a in doc["attempts"] if a["ending"]]
+    assert endings[:2] == ["infrastructure", "infrastructure"]
+    assert doc["failures"] == 2 and len(doc["attempts"]) <= 3
 
     (alert,) = only(read_alerts(alerts_topic[1]), "crash_loop")
     assert alert["severity"] == "ERROR" and alert["jobId"] == "al-loop" and alert["attempt"] == 2
