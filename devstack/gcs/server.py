@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import re
 import socket
+import sys
 import threading
 import urllib.parse
 from dataclasses import dataclass, field
@@ -296,6 +297,14 @@ class _ThreadingServer(ThreadingHTTPServer):
         self.connections.discard(request)
         super().shutdown_request(request)
 
+    def handle_error(self, request, client_address) -> None:
+        """A client that went away mid-connection (killed, or closing a kept connection) is
+        routine, as it is for the service; anything else is still printed."""
+        if isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError)):
+            log.debug("client %s went away", client_address)
+            return
+        super().handle_error(request, client_address)
+
     def close_connections(self) -> None:
         """End every open connection, so that no client goes on talking to a stopped server."""
         for connection in list(self.connections):
@@ -326,6 +335,11 @@ class GcsEmulator:
     def connections_accepted(self) -> int:
         """How many connections clients have opened to this stand-in so far."""
         return self._server.connections_accepted
+
+    @property
+    def connections_open(self) -> int:
+        """How many client connections are open now (each ends when its serving thread is done)."""
+        return len(self._server.connections)
 
     @property
     def url(self) -> str:
