@@ -277,13 +277,9 @@ def main() -> int:
         "--reconcile-seconds", type=float, default=15.0, help="the measured controller's pass period"
     )
     args = parser.parse_args()
-    # devstack runs in this process: the stand-ins for three services share one interpreter
-    # lock and one garbage collector, as Google's services do not. At the default 5 ms switch
-    # interval one stand-in's work (a 1,000-job listing) holds up another's answer, and a full
-    # collection of this process's heap (every job of every side) stalled answers 130-290 ms.
-    # Both sides run against the same stand-ins.
-    sys.setswitchinterval(0.001)
-    gc.set_threshold(2_000, 10, 100)
+    from devstack.stack import settle_interpreter
+
+    settle_interpreter()  # devstack runs in this process; both sides run against the same stand-ins
     sides = [("new", ROOT)] + ([("old", args.old.resolve())] if args.old else [])
     rows = []
     for active in args.active:

@@ -10,7 +10,6 @@ them on the way out.
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import logging
 import os
@@ -50,11 +49,6 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    # Three stand-ins share this process's interpreter lock and garbage collector (Google's
-    # services share nothing): a 1 ms switch interval keeps one's work (a long listing) from
-    # holding up another's answer, and a rarer full collection stalls them all less often.
-    sys.setswitchinterval(0.001)
-    gc.set_threshold(2_000, 10, 100)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     state = Path(args.dir).resolve()
     state.mkdir(parents=True, exist_ok=True)
@@ -65,7 +59,9 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signum, lambda *_: stop.set())
 
     write_run_file(state / PID_FILE, f"{pid}\n")
-    from devstack.stack import DevStack  # after the pid file, so `down` can find a slow start
+    from devstack.stack import DevStack, settle_interpreter  # after the pid file: `down` finds a slow start
+
+    settle_interpreter()
 
     options = {}
     if args.simulated_replicas is not None:
