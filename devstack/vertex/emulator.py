@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import re
@@ -84,9 +85,47 @@ def _read_mask(request: ListCustomJobsRequest) -> field_mask_pb2.FieldMask | Non
 def _masked(job: CustomJob, mask: field_mask_pb2.FieldMask | None) -> CustomJob:
     if mask is None:
         return _copy(job)
-    kept = CustomJob.pb()()
-    mask.MergeMessage(CustomJob.pb(job), kept)
+    source, kept = CustomJob.pb(job), CustomJob.pb()()
+    top_level = _top_level_copiers(tuple(mask.paths))
+    if top_level is None:
+        mask.MergeMessage(source, kept)
+    else:
+        for copy in top_level:
+            copy(source, kept)
     return CustomJob.wrap(kept)
+
+
+def _merge_field(name: str, source: Any, kept: Any) -> None:
+    getattr(kept, name).MergeFrom(getattr(source, name))
+
+
+def _copy_message_field(name: str, source: Any, kept: Any) -> None:
+    if source.HasField(name):
+        getattr(kept, name).CopyFrom(getattr(source, name))
+
+
+def _copy_scalar_field(name: str, source: Any, kept: Any) -> None:
+    setattr(kept, name, getattr(source, name))
+
+
+@functools.lru_cache(maxsize=32)
+def _top_level_copiers(paths: tuple[str, ...]) -> tuple[Callable[[Any, Any], None], ...] | None:
+    """For a mask of top-level fields only (a pass's mask), one copier per field: what
+    `FieldMask.MergeMessage` does into an empty message, at half its cost per job, which counts
+    when a page holds a thousand. None for a mask with a nested path."""
+    if any("." in path for path in paths):
+        return None
+    fields = CustomJob.pb().DESCRIPTOR.fields_by_name
+    copiers: list[Callable[[Any, Any], None]] = []
+    for path in paths:
+        field = fields[path]
+        if field.is_repeated:  # maps included
+            copiers.append(functools.partial(_merge_field, path))
+        elif field.message_type is not None:
+            copiers.append(functools.partial(_copy_message_field, path))
+        else:
+            copiers.append(functools.partial(_copy_scalar_field, path))
+    return tuple(copiers)
 
 
 class VertexEmulator:
@@ -362,18 +401,25 @@ class VertexEmulator:
         mask = _read_mask(request)
         with self.changed:
             # Ids grow with creation, and the dict keeps creation order: newest first, no sort.
-            page: list[JobRecord] = []
-            more = False
-            for r in reversed(self._jobs.values()):
-                if (before is None or int(r.job_id) < before) and matches(r.job):
-                    if len(page) == page_size:
-                        more = True
-                        break
-                    page.append(r)
-            token = page[-1].job_id if more else ""
-            return ListCustomJobsResponse(
-                custom_jobs=[_masked(r.job, mask) for r in page], next_page_token=token
-            )
+            newest_first = list(reversed(self._jobs.values()))
+        # Each job is matched and copied under the lock on its own, not the page under one hold:
+        # a page of a thousand takes tens of milliseconds to build, and Vertex answers a Get
+        # while somebody else lists. A job that changes meanwhile is listed as it was when its
+        # turn came, as a listing of a live service may.
+        page: list[tuple[str, CustomJob]] = []
+        more = False
+        for r in newest_first:
+            if before is not None and int(r.job_id) >= before:
+                continue
+            with self.changed:
+                if self._jobs.get(r.job.name) is not r or not matches(r.job):
+                    continue  # deleted since, or not asked for
+                if len(page) == page_size:
+                    more = True
+                    break
+                page.append((r.job_id, _masked(r.job, mask)))
+        token = page[-1][0] if more else ""
+        return ListCustomJobsResponse(custom_jobs=[job for _, job in page], next_page_token=token)
 
     def cancel_custom_job(self, request: CancelCustomJobRequest) -> empty_pb2.Empty:
         with self.changed:

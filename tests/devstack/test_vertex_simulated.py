@@ -162,6 +162,33 @@ def test_listing_live_jobs_only_with_a_read_mask_skips_seeded_history(vertex, cl
     assert len(everything) == 51
 
 
+@pytest.mark.parametrize(
+    "paths",
+    [
+        ["name", "state", "labels", "create_time", "start_time", "end_time", "update_time", "error"],
+        ["display_name", "job_spec.worker_pool_specs", "labels"],
+    ],
+    ids=["top-level fields", "a nested path"],
+)
+def test_a_masked_listing_holds_exactly_what_the_field_mask_keeps(vertex, client, paths):
+    # The reference is protobuf's own FieldMask.MergeMessage on the whole job that Get returns.
+    job = command_job(
+        "masked", [(1, NO_SUCH_COMMAND), (2, NO_SUCH_COMMAND)], labels={"relaunch-job-id": "masked"}
+    )
+    finished = vertex.seed_finished([job], JobState.JOB_STATE_FAILED)
+    mask = field_mask_pb2.FieldMask(paths=paths)
+    request = ListCustomJobsRequest(parent=PARENT, filter='display_name="masked"', read_mask=mask)
+
+    (listed,) = list(client.list_custom_jobs(request=request))
+
+    whole = type(listed).pb(client.get_custom_job(name=finished[0]))
+    expected = type(whole)()
+    mask.MergeMessage(whole, expected)
+    assert type(listed).pb(listed) == expected
+    assert dict(listed.labels) == {"relaunch-job-id": "masked"}  # kept by both masks
+    assert ("job_spec" in listed) == any(path.startswith("job_spec") for path in paths)
+
+
 def test_an_invalid_read_mask_is_refused(client):
     request = ListCustomJobsRequest(
         parent=PARENT, read_mask=field_mask_pb2.FieldMask(paths=["no_such_field"])
