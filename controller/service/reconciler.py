@@ -126,7 +126,8 @@ class Reconciler(AfterTheEnd, ProbeSteps):
         record = listed.record if listed is not None else self.store.get(job_key(job_id))
         if record is None:
             return None
-        state = JobRecord.from_dict(record.document).state
+        first = (record, JobRecord.from_dict(record.document))  # decided from, unless stale
+        state = first[1].state
         if state.phase.terminal and not pending(state):  # else Vertex's error may refine the reason
             self._after_the_end(job_id, state, record.document)
             return None
@@ -140,7 +141,7 @@ class Reconciler(AfterTheEnd, ProbeSteps):
         if listed is not None and listed.cancel_recorded is None and self._cancel_recorded(state):
             facts.insert(0, ev.CancelRequested())  # read only now that the look decides
         for look in range(2):  # the first decides from the record just read (a stale one fails the CAS)
-            state, actions = self._decide_and_write(job_id, facts, record if look == 0 else None, known)
+            state, actions = self._decide_and_write(job_id, facts, first if look == 0 else None, known)
             timings.mark(DECIDED)
             decided = {a.outbox_id for a in actions if isinstance(a, RaiseAlert | ResolveAlert)}
             # Alerts a crash or a failed publish left in the outbox go out with this look's.
@@ -199,17 +200,18 @@ class Reconciler(AfterTheEnd, ProbeSteps):
         self,
         job_id: str,
         facts: list[ev.Event],
-        record: Versioned | None = None,
+        loaded: tuple[Versioned, JobRecord] | None = None,  # a record just read, and its parse
         known: dict[int, EndingRead] | None = None,
     ) -> tuple[JobState, list[Action]]:
+        record, parsed = loaded if loaded is not None else (None, None)
         inputs: IntervalInputs | None = None
         placing: PlacementInputs | None = None  # a job with placements: where its attempt runs
         for _ in range(WRITE_TRIES):
             if record is None:
-                record = self.store.get(job_key(job_id))
+                record, parsed = self.store.get(job_key(job_id)), None
             if record is None:
                 raise Deposed(f"{job_id}: its record vanished")  # retention deleted it meanwhile
-            stored = JobRecord.from_dict(record.document)
+            stored = parsed if parsed is not None else JobRecord.from_dict(record.document)
             before, now = stored.state, self.clock()
             state, actions, entries = self._fold(before, facts, now, inputs, placing)
             if placing is None and placement_wanted(actions):
@@ -236,7 +238,7 @@ class Reconciler(AfterTheEnd, ProbeSteps):
             try:
                 self.store.put(job_key(job_id), document, expected_version=record.version, fence=self.fence())
             except VersionConflict:
-                record = None
+                record = parsed = None
                 continue  # someone wrote in between (the intake's cancel): decide again
             self._transitioned(before, state, document, reads)
             return state, actions
