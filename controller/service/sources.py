@@ -25,9 +25,10 @@ every write of a job by this controller (a transition) and every enqueue for a r
 (a request, a cancel, a Vertex event) drops the job's entry, and one that happens while the
 pass lists keeps the entry from being taken at all; then the look reads the store as usual.
 Writes by any other controller are refused by the fence the leader raised before its first pass.
-The looks themselves run on the queue's workers, and a pass's looks on at most a quarter of
-them at once (`workqueue.WorkQueue`, so that an event's look finds a free worker): the probes are
-bounded without a pool of their own.
+The looks themselves run on the queue's workers, and a pass's looks on one of them at a time,
+never beginning beside an event's look (`workqueue.WorkQueue`, so that an event's look finds a
+free worker and the interpreter nearly to itself): the probes are bounded without a pool of
+their own.
 """
 
 from __future__ import annotations

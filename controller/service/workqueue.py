@@ -38,6 +38,11 @@ Handler = Callable[[str], float | None]  # reconcile(key) -> seconds until the n
 RETRY_FIRST_SECONDS = 0.5
 RETRY_MAX_SECONDS = 60.0
 
+# A sweep's next look waits while another key's look is being served, for at most this long
+# from that look's start: a recovery's look (tens of milliseconds) then has the interpreter to
+# itself, and a look held up in a slow call (a Vertex outage) holds the sweep up no longer.
+SWEEP_YIELDS_SECONDS = 0.25
+
 
 @dataclass(frozen=True)
 class QueueStats:
@@ -61,9 +66,11 @@ class WorkQueue:
         max_sweeping: int | None = None,
     ):
         """`max_sweeping`: at most this many workers serve keys only a sweep asked for at once
-        (None: a quarter of the workers `start` starts, at least one), so that the other workers
-        are free the moment an event's key comes and a pass's thousand looks do not crowd a
-        recovery off the CPU."""
+        (None: one), so that the other workers are free the moment an event's key comes. One,
+        because a pass's looks read nothing but what the pass listed: they are interpreter work,
+        which the interpreter lock runs one thread at a time however many serve them, and each
+        thread that serves them side by side takes another share of it from a recovery's look
+        (with four, a recovery during a pass took 3 to 6 times its usual time)."""
         self._clock = clock
         self._max_keys = max_keys
         self._max_sweeping = max_sweeping
@@ -76,6 +83,7 @@ class WorkQueue:
         self._ready_since: dict[str, float] = {}  # key -> when it became ready (waiting or marked)
         self._serving: set[str] = set()
         self._taken: dict[str, tuple[float, int]] = {}  # key served -> (its wait, sweep keys waiting)
+        self._asked_since: dict[str, float] = {}  # key served that something asked for -> since when
         self._delayed: list[tuple[float, int, str]] = []  # heap; stale entries skipped
         self._due: dict[str, float] = {}  # key -> its one wake-up
         self._sequence = itertools.count()
@@ -156,7 +164,7 @@ class WorkQueue:
         """Serve keys with `workers` daemon threads (daemon: a call stuck in a retrying RPC must
         not hold the process past its shutdown budget)."""
         if self._max_sweeping is None:
-            self._max_sweeping = max(1, workers // 4)
+            self._max_sweeping = 1
         for index in range(workers):
             thread = threading.Thread(
                 target=self._serve, args=(handler,), name=f"{name}-{index}", daemon=True
@@ -222,7 +230,10 @@ class WorkQueue:
                 key = self._next_ready()
                 if key is not None:
                     self._serving.add(key)
-                    waited = max(0.0, self._clock() - self._ready_since.pop(key))
+                    now = self._clock()
+                    if key not in self._sweeping:
+                        self._asked_since[key] = now
+                    waited = max(0.0, now - self._ready_since.pop(key))
                     self._taken[key] = (waited, len(self._swept))
                     self._served += 1
                     self._waited_total += waited
@@ -233,6 +244,9 @@ class WorkQueue:
                 timeout = None
                 if self._delayed:
                     timeout = max(0.001, self._delayed[0][0] - self._clock())
+                if self._swept and (held := self._sweep_held_until()) is not None:
+                    resume = max(0.001, held - self._clock())
+                    timeout = resume if timeout is None else min(timeout, resume)
                 self._cond.wait(timeout)
             else:
                 return None
@@ -244,6 +258,8 @@ class WorkQueue:
             return self._ready.popleft()
         if self._max_sweeping is not None and len(self._sweeping) >= self._max_sweeping:
             return None  # the rest of the workers stay free for events
+        if self._sweep_held_until() is not None:
+            return None  # another key's look goes first
         while self._sweep_lane:
             key = self._sweep_lane.popleft()
             if key in self._swept:
@@ -251,6 +267,14 @@ class WorkQueue:
                 self._sweeping.add(key)
                 return key
         return None
+
+    def _sweep_held_until(self) -> float | None:
+        """While a look that something asked for began less than SWEEP_YIELDS_SECONDS ago, the
+        clock time at which the last such hold ends; None when the sweep may go on."""
+        if not self._asked_since:
+            return None
+        until = max(self._asked_since.values()) + SWEEP_YIELDS_SECONDS
+        return until if until > self._clock() else None
 
     def _promote_due(self) -> None:
         now = self._clock()
@@ -269,6 +293,8 @@ class WorkQueue:
         with self._cond:
             self._serving.discard(key)
             self._taken.pop(key, None)
+            if self._asked_since.pop(key, None) is not None and self._swept:
+                self._cond.notify()  # the sweep may go on
             if key in self._sweeping:
                 self._sweeping.discard(key)
                 self._cond.notify()  # a worker may wait for the sweep's share

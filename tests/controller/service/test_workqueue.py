@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import threading
 
-from controller.service.workqueue import WorkQueue
+from controller.service.workqueue import SWEEP_YIELDS_SECONDS, WorkQueue
 
 
 class Clock:
@@ -190,9 +190,35 @@ def test_an_event_never_waits_behind_a_sweep_of_every_job():
     assert seen.count("job-500") == 1
 
 
+def test_a_sweep_waits_while_an_events_look_is_served_but_not_longer_than_its_bound():
+    """While a recovery's look runs, the pass's looks (interpreter work all) do not start beside
+    it; a look that takes longer than the bound (a call retrying through an outage) stops
+    holding them."""
+    clock = Clock()
+    queue = WorkQueue(clock=clock)
+    for n in range(3):
+        queue.add(f"job-{n}", sweep=True)
+    queue.add("reclaimed")
+    seen: list[str] = []
+    served_beside: list[int] = []
+
+    def handler(key: str) -> None:
+        seen.append(key)
+        if key == "reclaimed":
+            served_beside.append(queue.run_ready(seen.append))  # its look has just begun
+            clock.now += SWEEP_YIELDS_SECONDS
+            served_beside.append(queue.run_ready(seen.append))  # it has run as long as the bound
+
+    queue.run_ready(handler)
+
+    assert served_beside == [0, 3]
+    assert seen == ["reclaimed", "job-0", "job-1", "job-2"]
+
+
 def test_a_recovery_gets_a_worker_at_once_while_every_sweep_look_is_slow():
     """Real workers: the pass's looks hold their workers (each blocks until released), yet an
-    event's key is served straight away, by a worker the sweep may not take."""
+    event's key is served straight away, by a worker the sweep may not take; and the sweep's
+    looks take one worker, so a recovery shares the interpreter with one of them at most."""
     queue = WorkQueue(clock=Clock())
     release = threading.Event()
     recovered = threading.Event()
@@ -212,7 +238,7 @@ def test_a_recovery_gets_a_worker_at_once_while_every_sweep_look_is_slow():
 
     for n in range(100):
         queue.add(f"job-{n}", sweep=True)  # the periodic pass offers every live job
-    queue.start(4, handler)  # a quarter of them, one worker, for the sweep
+    queue.start(16, handler)  # the default count; the sweep may take one of them
     try:
         queue.add("reclaimed")  # a Vertex event while the sweep's looks are all stuck
         assert recovered.wait(10), "the event's key waited behind the sweep"
