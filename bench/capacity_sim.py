@@ -92,6 +92,8 @@ SHAPES = {
 FLEX_SHARE = 0.6  # FLEX_START price / on-demand
 TRY_SECONDS, BACKOFF_SECONDS = 60.0, 120.0
 CRASH_MTBF = 7 * 24 * HOUR
+# relaunch's shell: refusals of one placement further apart than this are not one watched stockout.
+WATCH_GAP_SECONDS = 0.5 * HOUR
 DRAWS = 4000
 
 
@@ -206,7 +208,8 @@ class Run:
     last_end: dict[str, float] = field(default_factory=dict)  # wall time of its last ending
     refused_at: dict[str, float] = field(default_factory=dict)  # its latest refusal
     out_since: dict[str, float] = field(default_factory=dict)  # the first refusal of this streak
-    spells: list[float] = field(default_factory=list)  # stockouts seen from start to end
+    out_watched: float = 0.0  # seconds of stockout seen (first refusal to last, or to its end)
+    spells_ended: int = 0  # stockouts seen to end (a success soon after a refusal)
     waits: dict[str, float] = field(default_factory=dict)
     measured: dict[str, float] = field(default_factory=dict)
 
@@ -296,9 +299,11 @@ def run_relaunch(env: Env, world: World, work: float, args: argparse.Namespace, 
     run = Run()
     while run.units < work:
         # How long a stockout lasts, as seen: the prior (one spell of `--spell-prior` hours) and
-        # every streak of refusals that ended (from its first refusal to halfway between its last
-        # and the next success), one estimate for every Spot placement.
-        spell_prior = (args.spell_prior * HOUR + sum(run.spells)) / (1 + len(run.spells))
+        # the stockouts watched, one estimate for every Spot placement. A streak of refusals counts
+        # only the time it was watched (first refusal to last, plus half the gap to a success that
+        # came within WATCH_GAP_SECONDS: then its end was seen); a streak left unwatched longer is
+        # cut there (its end unseen): the exponential's estimate from censored lengths.
+        spell_prior = (args.spell_prior * HOUR + run.out_watched) / (1 + run.spells_ended)
         refused: set[str] = set()
         while True:
             evidence = {}
@@ -330,6 +335,10 @@ def run_relaunch(env: Env, world: World, work: float, args: argparse.Namespace, 
                 continue
             if p.strategy == "SPOT" and stocked_out_until(world, p.name, run.wall) is not None:
                 run.wall += TRY_SECONDS
+                last = run.refused_at.get(p.name)
+                if last is not None and run.wall - last > WATCH_GAP_SECONDS:
+                    run.out_watched += last - run.out_since[p.name]  # unwatched since: cut
+                    run.out_since[p.name] = run.wall
                 run.refused_at[p.name] = run.wall
                 run.out_since.setdefault(p.name, run.wall)
                 refused.add(p.name)
@@ -339,7 +348,12 @@ def run_relaunch(env: Env, world: World, work: float, args: argparse.Namespace, 
                 continue
             last = run.refused_at.pop(p.name, None)
             if last is not None:
-                run.spells.append(0.5 * (last + run.wall) - run.out_since.pop(p.name))
+                first = run.out_since.pop(p.name)
+                if run.wall - last <= WATCH_GAP_SECONDS:
+                    run.out_watched += 0.5 * (last + run.wall) - first
+                    run.spells_ended += 1
+                else:
+                    run.out_watched += last - first
             attempt(env, world, run, p, work)
             break
     return run
