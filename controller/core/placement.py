@@ -29,7 +29,8 @@ peak throughput (`speed_prior`, `ACCELERATOR_PEAK_TFLOPS`), else 1 unit per seco
 accelerator. What was learned of a placement left idle fades back to its prior over wall time
 (`Evidence.idle_seconds`, the rate book's half-life), so capacity that was busy once is tried
 again. After a refusal, lowest cost moves at once when the move is cheap enough or the expected
-wait is worth more than one attempt's extra cost elsewhere (`worth_moving`).
+wait is worth more than one attempt's extra cost elsewhere (`worth_moving`); the wait is for the
+first of the refused placements that are cheaper than the move to come back (`first_back`).
 """
 
 from __future__ import annotations
@@ -398,10 +399,14 @@ def choose(
     # Ties go to the earlier placement in the request's order (min() keeps the first).
     by_cost = min(eligible, key=lambda f: (f.cost_per_unit, f.time_per_unit))
     cheapest = min(figures, key=lambda f: (f.cost_per_unit, f.time_per_unit))
+    # The wait is for the first of the refused placements cheaper than the best other to come
+    # back (any of them would do), not for the cheapest alone.
+    waited_for = [f for f in figures if f.name in refused and f.cost_per_unit < by_cost.cost_per_unit]
+    expected_wait = first_back(waited_for) if waited_for else cheapest.wait_seconds
     wait = (
         objective is Objective.LOWEST_COST
         and cheapest.name in refused
-        and not worth_moving(by_cost, cheapest, move_premium)
+        and not worth_moving(by_cost, cheapest, move_premium, wait_seconds=expected_wait)
     )
     elsewhere = by_cost
     if wait:
@@ -413,7 +418,9 @@ def choose(
         if wait:
             why += (
                 f"; refused, but the best other ({elsewhere.name}, {_money(elsewhere.cost_per_unit)}) "
-                f"costs more than the expected wait ({_hours(cheapest.wait_seconds)}) is worth: waiting for it"
+                f"costs more than the expected wait ({_hours(expected_wait)}"
+                + (f", the first of {len(waited_for)} refused back" if len(waited_for) > 1 else "")
+                + ") is worth: waiting for it"
             )
     elif objective is Objective.EARLIEST_FINISH:
         chosen, why = by_time, f"earliest expected finish ({_hours(by_time.finish_seconds)})"
@@ -471,17 +478,33 @@ def speed_prior(
     return (max(promised) if promised else 1.0) * placement.accelerators
 
 
-def worth_moving(elsewhere: Figures, refused: Figures, move_premium: float = REFUSAL_MOVE_PREMIUM) -> bool:
+def first_back(refused: list[Figures]) -> float:
+    """Expected seconds until the first of these refused placements has capacity again, each
+    stockout taken as memoryless with its expected wait (so their rates of return add up)."""
+    rate = sum(1.0 / f.wait_seconds if f.wait_seconds > 0.0 else math.inf for f in refused)
+    return 1.0 / rate if rate > 0.0 else math.inf
+
+
+def worth_moving(
+    elsewhere: Figures,
+    refused: Figures,
+    move_premium: float = REFUSAL_MOVE_PREMIUM,
+    *,
+    wait_seconds: float | None = None,
+) -> bool:
     """Lowest cost, after the cheapest refused: run the attempt `elsewhere` now, or wait for the
     refused one? Move when it costs at most `move_premium` more per unit, or when the extra money
     of one attempt there is at most what the wait would cost at the refused placement's own hourly
     price: an hour of the job's time is taken to be worth an hour of its machines (so a short
     stay a little dearer is taken, a week locked into FLEX_START at a third more is not).
-    `refused.wait_seconds`: the expected wait for it (the shell's, from its refusals)."""
+    `wait_seconds`: the expected wait (by default `refused.wait_seconds`, the shell's, from its
+    refusals; `choose` passes the wait for the first of the refused placements cheaper than
+    `elsewhere` to come back, `first_back`)."""
     if elsewhere.cost_per_unit <= refused.cost_per_unit * (1.0 + move_premium):
         return True
     extra = (elsewhere.cost_per_unit - refused.cost_per_unit) * elsewhere.units_per_attempt
-    return extra <= refused.wait_seconds / HOUR * refused.dollars_per_hour
+    wait = refused.wait_seconds if wait_seconds is None else wait_seconds
+    return extra <= wait / HOUR * refused.dollars_per_hour
 
 
 def _money(dollars: float) -> str:

@@ -232,3 +232,32 @@ def test_a_refusal_moves_for_a_short_dearer_stay_but_waits_rather_than_lock_into
     assert after_refusal(0.05, other) == "wait"
     # FLEX_START holds its machines up to 7 days: the whole remaining job at a third more.
     assert after_refusal(4.0, flex) == "wait"
+
+
+def test_after_two_cheap_placements_refused_the_wait_is_for_the_first_of_them_to_come_back():
+    cheap, twin = spot("us-central1", price=30.0), spot("us-west1", price=30.0)
+    other = spot("us-east4", price=36.0)  # a fifth dearer: over the 10 % premium
+    rates = reclaimed_every(3.0, 10, cheap).rates
+    evidence = {
+        cheap.name: Evidence(rates, 1.0 * HOUR, 1.0),
+        twin.name: Evidence(rates, 1.0 * HOUR, 1.0),
+        other.name: Evidence(rates, 0.0, 1.0),
+    }
+    # One refused with an hour's expected wait: an attempt elsewhere (~3 h of work at a fifth
+    # more) is worth less than the hour, so it moves.
+    alone = choose(
+        (cheap, other), evidence, COSTS, HERE, Objective.LOWEST_COST, refused=frozenset({cheap.name})
+    )
+    assert alone.chosen == other.name and not alone.wait
+    # Two refused, an hour each, independently: the first of them is back in half an hour, which
+    # is worth less than the extra money elsewhere: wait.
+    both = choose(
+        (cheap, twin, other),
+        evidence,
+        COSTS,
+        HERE,
+        Objective.LOWEST_COST,
+        refused=frozenset({cheap.name, twin.name}),
+    )
+    assert both.wait and both.chosen == cheap.name
+    assert "0.5 h" in both.reason
