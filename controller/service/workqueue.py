@@ -40,7 +40,9 @@ RETRY_MAX_SECONDS = 60.0
 
 # A sweep's next look waits while another key's look is being served, for at most this long
 # from that look's start: a recovery's look (tens of milliseconds) then has the interpreter to
-# itself, and a look held up in a slow call (a Vertex outage) holds the sweep up no longer.
+# itself, and a look held up in a slow call (a Vertex outage) holds the sweep up no longer. Under
+# a steady stream of events (a flood of requests, a mass reclaim) the sweep goes on in the gaps,
+# or when the stream ends: it is the safety net for lost events, and every event is being served.
 SWEEP_YIELDS_SECONDS = 0.25
 
 
