@@ -14,17 +14,10 @@ queue's workers) share one transaction, and so one fsync. A writer queues its wr
 is being committed it leads: it commits everything queued, and when done hands the lead to the
 oldest write queued meanwhile. Every other writer sleeps on its own event until the batch that
 holds its write is committed (or the lead is handed to it), so a commit in progress never makes a
-finished writer wait for the next one, and no writer is woken for nothing. One write's refusal
-(AlreadyExists, VersionConflict, Fenced) leaves the others in its batch alone: every write here
-reads what it checks and then makes at most one change, in one statement, as its last step, so a
-refusal raised before that statement has changed nothing, and a statement SQLite refuses (a key
-that exists: AlreadyExists) is undone by SQLite alone while the transaction goes on ("ABORT ...
-backs out any changes made by the current SQL statement; but changes caused by prior SQL
-statements within the same transaction are preserved and the transaction remains active",
-https://www.sqlite.org/lang_conflict.html). So no write needs a savepoint of its own (two more
-statements per write, each a release of the interpreter lock in a batch of dozens). A write that
-made two changes would need one again. No writer returns before the COMMIT that holds its write
-has returned, so a crash mid-batch loses only writes nobody was told about.
+finished writer wait for the next one, and no writer is woken for nothing. Each write runs inside
+its own savepoint, so one write's refusal (AlreadyExists, VersionConflict, Fenced) undoes only
+that write; no writer returns before the COMMIT that holds its write has returned, so a crash
+mid-batch loses only writes nobody was told about.
 
 Reads use a second connection (WAL lets it read the last commit while a batch is being written),
 so they never wait behind an fsync.
@@ -65,9 +58,7 @@ CREATE TABLE IF NOT EXISTS fence_floor (
 
 
 class _Write:
-    """One queued write: `run` executes it on the writing connection inside the batch. It reads
-    what it checks, then makes at most one change, in one statement, as its last step (so that a
-    refusal needs no savepoint: module docstring)."""
+    """One queued write: `run` executes it on the writing connection inside the batch."""
 
     __slots__ = ("run", "done", "result", "error", "wake")
 
@@ -175,10 +166,13 @@ class SqliteStateStore:
             db.execute("BEGIN IMMEDIATE")
             try:
                 for write in batch:
+                    db.execute("SAVEPOINT one_write")
                     try:
                         write.result = write.run(db)
                     except (StoreError, sqlite3.IntegrityError) as error:
-                        write.error = error  # nothing of it was changed (module docstring)
+                        db.execute("ROLLBACK TO one_write")  # undo this write only
+                        write.error = error
+                    db.execute("RELEASE one_write")
                 db.execute("COMMIT")
             except BaseException:
                 if db.in_transaction:
