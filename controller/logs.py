@@ -2,12 +2,24 @@
 
 Every line a job-related component writes carries `job_id` and `attempt` (bind them with
 `log.bind(job_id=..., attempt=...)`), so one job's story can be filtered out of the stream.
+
+A line costs what its processors cost, and little else (the intake writes a few per request):
+- a module's logger (`get`) assembles structlog's bound logger once per configuration, not on
+  every line as structlog's lazy proxy does without `cache_logger_on_first_use`; a new
+  configuration (`configure`, `structlog.configure`, `structlog.reset_defaults`, tests capturing
+  the stream) is seen by the next line, as before;
+- the JSON encoder is made once, not per line (the text is `json.dumps(..., default=str)`'s);
+- a line goes out in one write (structlog's PrintLogger prints the text and then the newline: two
+  unbuffered writes, so two system calls, each letting go of the interpreter lock).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
+from collections.abc import MutableMapping
+from typing import Any, TextIO
 
 import structlog
 
@@ -21,6 +33,36 @@ def _cloud_logging_names(logger, method_name, event_dict):
     return event_dict
 
 
+# What structlog.processors.JSONRenderer(sort_keys=False, default=str) writes, without making an
+# encoder per line.
+_encode = json.JSONEncoder(default=str).encode
+
+
+def _render_json(logger: Any, method_name: str, event_dict: MutableMapping[str, Any]) -> str:
+    return _encode(event_dict)
+
+
+class _LineLogger(structlog.PrintLogger):
+    """structlog's PrintLogger, but the line and its newline leave in one write."""
+
+    def msg(self, message: str) -> None:
+        line = message + "\n"
+        with self._lock:
+            self._file.write(line)
+            self._file.flush()
+
+    log = debug = info = warn = warning = msg
+    fatal = failure = err = error = critical = exception = msg
+
+
+class _LineLoggerFactory:
+    def __init__(self, file: TextIO):
+        self._file = file
+
+    def __call__(self, *args: Any) -> _LineLogger:
+        return _LineLogger(self._file)
+
+
 def configure(level: str = "INFO", stream=None) -> None:
     structlog.configure(
         processors=[
@@ -29,16 +71,71 @@ def configure(level: str = "INFO", stream=None) -> None:
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.format_exc_info,
             _cloud_logging_names,
-            structlog.processors.JSONRenderer(sort_keys=False, default=str),
+            _render_json,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(_LEVELS.get(level.upper(), 20)),
-        logger_factory=structlog.PrintLoggerFactory(stream or sys.stderr),
+        logger_factory=_LineLoggerFactory(stream or sys.stderr),
         cache_logger_on_first_use=False,
     )
     # Libraries that use stdlib logging (grpc, google-api-core) stay quiet unless they warn.
     logging.basicConfig(level=logging.WARNING, stream=stream or sys.stderr)
 
 
-def get(name: str = "relaunch", **bound):
-    # get_logger stays lazy: the configuration is read at first use, not at import time.
-    return structlog.get_logger(name, **bound)
+def _configuration() -> tuple[Any, ...]:
+    """What an assembled logger depends on, compared by identity (structlog keeps the processor
+    list's identity while tests swap its contents, and bound loggers hold that same list)."""
+    config = structlog.get_config()
+    return (
+        config["processors"],
+        config["logger_factory"],
+        config["wrapper_class"],
+        config["context_class"],
+    )
+
+
+class _Logger:
+    """A module's logger: structlog's bound logger for the configuration in force, assembled
+    again only when the configuration changed. Stays lazy: nothing is read at import time."""
+
+    __slots__ = ("_factory_args", "_initial", "_assembled")
+
+    def __init__(self, name: str, initial: dict[str, Any]):
+        self._factory_args = (name,)
+        self._initial = initial
+        self._assembled: tuple[tuple[Any, ...], Any] | None = None
+
+    def _bound(self) -> Any:
+        current = _configuration()
+        assembled = self._assembled
+        if assembled is not None and all(a is b for a, b in zip(assembled[0], current, strict=True)):
+            return assembled[1]
+        bound = structlog.get_logger(*self._factory_args, **self._initial).bind()
+        self._assembled = (current, bound)  # one tuple: a thread sees an old pair or a new one
+        return bound
+
+    def bind(self, **values: Any) -> Any:
+        return self._bound().bind(**values)
+
+    def debug(self, event: str, *args: Any, **kw: Any) -> Any:
+        return self._bound().debug(event, *args, **kw)
+
+    def info(self, event: str, *args: Any, **kw: Any) -> Any:
+        return self._bound().info(event, *args, **kw)
+
+    def warning(self, event: str, *args: Any, **kw: Any) -> Any:
+        return self._bound().warning(event, *args, **kw)
+
+    def error(self, event: str, *args: Any, **kw: Any) -> Any:
+        return self._bound().error(event, *args, **kw)
+
+    def exception(self, event: str, *args: Any, **kw: Any) -> Any:
+        return self._bound().exception(event, *args, **kw)
+
+    def __getattr__(self, name: str) -> Any:  # the rest of the bound logger's methods
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self._bound(), name)
+
+
+def get(name: str = "relaunch", **bound: Any) -> Any:
+    return _Logger(name, bound)

@@ -152,6 +152,11 @@ def _describe_yaml_error(error: yaml.YAMLError) -> str:
     return f"invalid YAML{where}: {detail}"
 
 
+# Values that hold no others: told apart by their exact type first, since a Mapping check is an
+# abstract-class check, several times dearer, and a request is mostly such leaves.
+_LEAVES = frozenset({str, int, float, bool, type(None)})
+
+
 def _count_nodes_within(document: Any, budget: int) -> bool:
     """True when the document has at most `budget` values. YAML aliases can make a small text
     expand into a huge (or cyclic) structure; this bounds the work before anything walks it."""
@@ -162,6 +167,8 @@ def _count_nodes_within(document: Any, budget: int) -> bool:
         seen += 1
         if seen > budget:
             return False
+        if type(value) in _LEAVES:
+            continue
         if isinstance(value, Mapping):
             pending.extend(value.keys())
             pending.extend(value.values())
