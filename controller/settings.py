@@ -232,7 +232,9 @@ class Settings(BaseSettings):
         "https://cloud.google.com/vertex-ai/docs/quotas); the default leaves half of it to them. A reconcile pass costs one List call per 1,000 live "
         "CustomJobs plus one Get per live job whose CustomJob ended or vanished. Spent evenly: at most a tenth "
         "of it at once, the rest as it refills over the minute, so a burst never stalls every read (a "
-        "recovery's included) for the rest of a minute.",
+        "recovery's included) for the rest of a minute; a third of that tenth is kept for the reads of "
+        "running attempts (whose next state can only be their end), so a recovery's read never waits "
+        "behind routine ones.",
     )
     hint_ignore_unknown: bool = Field(
         True,

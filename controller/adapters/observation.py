@@ -127,14 +127,21 @@ class Observer:
 
     # --- the one read ---------------------------------------------------------------------------
     def observe(
-        self, vertex_name: str, attempt: int, checkpoint_uri: str, *, read_evidence: bool = True
+        self,
+        vertex_name: str,
+        attempt: int,
+        checkpoint_uri: str,
+        *,
+        read_evidence: bool = True,
+        urgent: bool = False,
     ) -> AttemptObservation:
         """Read `vertex_name` (attempt `attempt`'s recorded CustomJob); at its ending also the
-        latest committed checkpoint under `checkpoint_uri` and the trainer's exit record."""
+        latest committed checkpoint under `checkpoint_uri` and the trainer's exit record.
+        `urgent`: the Get may spend the read budget's reserve (a running attempt's read)."""
         job = self._listed_copy(vertex_name)
         from_listing = job is not None
         if job is None:
-            job = self.vertex.get(vertex_name)
+            job = self.vertex.get(vertex_name, urgent=urgent)
         got_at = time.time()
         if job is None:
             return AttemptObservation(attempt, vertex_name, ev.VertexJobMissing(attempt, vertex_name))

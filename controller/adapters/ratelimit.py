@@ -23,6 +23,13 @@ class RateLimiter:
     reads (a pass, a flood of events, a test polling hard) spent the minute's budget in seconds
     and then stalled every read, a recovery's included, for the rest of the minute.
 
+    With `reserve` (only with `burst`): the last `reserve` tokens of the bucket are kept for
+    urgent acquisitions (`acquire(urgent=True)`): a routine one waits until the bucket holds more
+    than the reserve, an urgent one takes any whole token. So a stream of routine reads that keeps
+    the budget spent (the Gets that a burst of starting jobs' events asks for, a pass) never makes
+    the read that can start a recovery wait for the refill; every window's bound stays as above,
+    as no grant takes the bucket below empty.
+
     Fairness across jobs does not come from here: the create lane (`adapters.create_lane`)
     decides which job may take the next slot, oldest job first.
     """
@@ -34,6 +41,7 @@ class RateLimiter:
         clock: Callable[[], float] = time.monotonic,
         *,
         burst: int | None = None,
+        reserve: int = 0,
     ):
         self.limit = limit
         self.window = window
@@ -46,14 +54,17 @@ class RateLimiter:
             self._rate = (limit - self._burst) / window  # tokens a second
             self._tokens = float(self._burst)
             self._filled_at = clock()
+        # At least one token stays takeable by routine acquisitions.
+        self._reserve = 0 if self._burst is None else max(0, min(reserve, self._burst - 1))
 
-    def acquire(self, timeout: float | None = None) -> bool:
-        """Take one slot; False if none freed up within `timeout` seconds."""
+    def acquire(self, timeout: float | None = None, *, urgent: bool = False) -> bool:
+        """Take one slot; False if none freed up within `timeout` seconds. `urgent`: may take
+        the reserve's tokens too."""
         deadline = None if timeout is None else self._clock() + timeout
         with self._cond:
             while True:
                 now = self._clock()
-                wait = self._take(now)
+                wait = self._take(now, urgent)
                 if wait <= 0:
                     return True
                 if deadline is not None:
@@ -62,14 +73,15 @@ class RateLimiter:
                     wait = min(wait, deadline - now)
                 self._cond.wait(max(wait, 0.001))
 
-    def _take(self, now: float) -> float:
+    def _take(self, now: float, urgent: bool = False) -> float:
         """Take a slot now (0.0), or say how long until one frees up."""
         if self._burst is not None:
             self._refill(now)
-            if self._tokens >= 1.0 - _ROUNDING:
+            needed = 1.0 + (0 if urgent else self._reserve)
+            if self._tokens >= needed - _ROUNDING:
                 self._tokens = max(0.0, self._tokens - 1.0)
                 return 0.0
-            return (1.0 - self._tokens) / self._rate
+            return (needed - self._tokens) / self._rate
         self._slide(now)
         if len(self._granted) < self.limit:
             self._granted.append(now)
@@ -86,24 +98,25 @@ class RateLimiter:
             self._granted.popleft()
 
     def free_in(self) -> float:
-        """Seconds until a slot is free (0.0: one is free now)."""
+        """Seconds until a slot is free for a routine acquisition (0.0: one is free now)."""
         with self._cond:
             now = self._clock()
             if self._burst is not None:
                 self._refill(now)
-                return 0.0 if self._tokens >= 1.0 - _ROUNDING else (1.0 - self._tokens) / self._rate
+                needed = 1.0 + self._reserve
+                return 0.0 if self._tokens >= needed - _ROUNDING else (needed - self._tokens) / self._rate
             self._slide(now)
             if len(self._granted) < self.limit:
                 return 0.0
             return max(0.0, self._granted[0] + self.window - now)
 
     def free_now(self) -> int:
-        """How many slots could be taken at once right now."""
+        """How many slots routine acquisitions could take at once right now."""
         with self._cond:
             now = self._clock()
             if self._burst is not None:
                 self._refill(now)
-                return int(self._tokens + _ROUNDING)
+                return max(0, int(self._tokens - self._reserve + _ROUNDING))
             self._slide(now)
             return max(0, self.limit - len(self._granted))
 

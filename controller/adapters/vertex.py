@@ -256,8 +256,12 @@ class VertexBackend:
         # Which job takes the next create slot (oldest ready first); it never blocks a caller.
         self.lane = CreateLane(self.creates)
         # Reads spend their budget evenly (a tenth of it at once at most), so that a burst never
-        # stalls every read, a recovery's included, for the rest of a minute.
-        self.reads = RateLimiter(settings.reads_per_minute, burst=max(1, settings.reads_per_minute // 10))
+        # stalls every read, a recovery's included, for the rest of a minute; a third of that
+        # tenth is kept for the urgent reads (`get(..., urgent=True)`: a running attempt's, whose
+        # only next state is its end), so routine reads that keep the budget spent never make a
+        # recovery wait for the refill.
+        burst = max(1, settings.reads_per_minute // 10)
+        self.reads = RateLimiter(settings.reads_per_minute, burst=burst, reserve=burst // 3)
         self._on_api_error = on_api_error or (lambda api, code: None)
         self._retry_attempts = retry_attempts
         self._retry_max_wait = retry_max_wait
@@ -286,10 +290,11 @@ class VertexBackend:
         *,
         retry_on: tuple[type[Exception], ...] = RETRYABLE_READ,
         limiter: RateLimiter | None = None,
+        urgent: bool = False,
     ) -> Any:
         for attempt in self._retrying(retry_on):
             with attempt:
-                (limiter or self.reads).acquire()
+                (limiter or self.reads).acquire(urgent=urgent)
                 try:
                     return fn()
                 except gexc.GoogleAPICallError as error:
@@ -312,10 +317,15 @@ class VertexBackend:
         return [f"{self.parent_for(r)}/customJobs/{vertex_job_id}" for r in self.settings.all_regions]
 
     # --- reads ----------------------------------------------------------------------------
-    def get(self, name: str) -> aiplatform_v1.CustomJob | None:
+    def get(self, name: str, *, urgent: bool = False) -> aiplatform_v1.CustomJob | None:
+        """`urgent`: the read may spend the read budget's reserve (see `reads`)."""
         client = self.client_for(region_of(name))
         try:
-            return self._call("GetCustomJob", lambda: client.get_custom_job(name=name, timeout=self.timeout))
+            return self._call(
+                "GetCustomJob",
+                lambda: client.get_custom_job(name=name, timeout=self.timeout),
+                urgent=urgent,
+            )
         except gexc.NotFound:
             return None
 

@@ -12,7 +12,7 @@ from typing import Any
 from controller.adapters.checkpoints import CheckpointsUnreadable
 from controller.adapters.observation import AttemptObservation
 from controller.core import events as ev
-from controller.core.model import JobState
+from controller.core.model import JobState, Phase
 
 
 class ProbeSteps:
@@ -35,7 +35,12 @@ class ProbeSteps:
             observation = self.observer.observe(vertex_name, attempt, uri, read_evidence=False)
             if not observation.has_error():
                 return observation
-        observation = self.observer.observe(vertex_name, attempt, uri)
+        # A running attempt's only next state is its end, so its read may be the first step of a
+        # recovery: it may spend the read budget's reserve, which routine reads leave alone.
+        running = (
+            state.phase is Phase.RUNNING and state.current is not None and state.current.number == attempt
+        )
+        observation = self.observer.observe(vertex_name, attempt, uri, urgent=running)
         if observation.unreadable is not None:
             self._checkpoints_unreadable(state.job_id, attempt, observation.unreadable)
         return observation

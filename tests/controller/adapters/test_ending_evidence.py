@@ -40,7 +40,7 @@ def probe(emulator):
 class EndedJob:
     """Vertex's answer to the Get (not a Google client: our adapter's interface)."""
 
-    def get(self, name: str) -> aiplatform_v1.CustomJob:
+    def get(self, name: str, *, urgent: bool = False) -> aiplatform_v1.CustomJob:
         return aiplatform_v1.CustomJob(name=name, state=aiplatform_v1.JobState.JOB_STATE_FAILED)
 
 

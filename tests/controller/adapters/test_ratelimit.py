@@ -60,3 +60,30 @@ def test_a_read_given_back_is_free_again():
     assert take_all(reads) == 2
     reads.give_back()
     assert reads.free_now() == 1 and reads.acquire(timeout=0)
+
+
+def test_routine_reads_leave_the_reserve_to_urgent_ones():
+    clock = Clock()
+    reads = RateLimiter(300, clock=clock, burst=30, reserve=10)
+    assert take_all(reads) == 20  # routine reads stop where the reserve begins
+    assert not reads.acquire(timeout=0)
+    assert 0.2 < reads.free_in() < 0.25  # and wait for the refill, as without a reserve
+    for _ in range(10):  # a recovery's read takes a reserved token at once
+        assert reads.acquire(timeout=0, urgent=True)
+    assert not reads.acquire(timeout=0, urgent=True)  # the bucket is empty: urgent ones wait too
+
+
+def test_urgent_and_routine_reads_together_never_exceed_the_limit_in_any_window():
+    clock = Clock()
+    reads = RateLimiter(300, clock=clock, burst=30, reserve=10)
+    grants: list[float] = []
+    for i in range(3000):  # every third read urgent, each taken the moment it may be
+        urgent = i % 3 == 0
+        while not reads.acquire(timeout=0, urgent=urgent):
+            clock.now += 0.01
+        grants.append(clock.now)
+    start = 0
+    for end, at in enumerate(grants):
+        while grants[start] <= at - 60.0:
+            start += 1
+        assert end - start + 1 <= 300
