@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from controller.core.model import JobState, Phase
@@ -64,11 +64,12 @@ class Gauges:
         if ratio is not None:
             self.metrics.set_goodput(new.job_id, ratio)
 
-    def export(self, live_records: list[Any]) -> None:
+    def export(self, live_records: list[Any], step: Callable[[list[Any]], Iterable[Any]] = iter) -> None:
         """Each periodic pass: the live jobs' goodput (it grows while they run), one step of the
-        sweep, and the jobs-by-phase counts."""
+        sweep, and the jobs-by-phase counts. `step`: how the records are walked (the pass stops
+        now and then for an event's look)."""
         now = self.clock()
-        for record in live_records:
+        for record in step(live_records):
             job = JobSummary.of(record.document)
             with self._lock:
                 known = self._phases.setdefault(job.job_id, job.phase)

@@ -34,8 +34,8 @@ their own.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, TypeVar
 
 from controller import logs
 from controller.adapters.pubsub import UnreadableHint, vertex_job_id_from_log_entry
@@ -50,9 +50,14 @@ from controller.store import Versioned
 from controller.store.keys import CANCELS_PREFIX, JOBS_PREFIX
 
 log = logs.get("relaunch.sources")
+T = TypeVar("T")
 
 # The periodic pass's own key in the work queue (a job id never starts with "~").
 PASS_KEY = "~pass"
+
+# The pass's own interpreter work (parsing the store's listing, the gauges) stops every this many
+# jobs while an event's look is served (`WorkQueue.yield_to_asked`): a few milliseconds of work.
+PASS_STEP_JOBS = 50
 
 
 class Sources:
@@ -204,7 +209,7 @@ class Sources:
             self._added_during_pass = {}
             self._touched_during_pass = set()
         try:
-            records = list(self.reconciler.store.list_live(JOBS_PREFIX))
+            records = list(self._politely(self.reconciler.store.list_live(JOBS_PREFIX)))
             cancelled = {
                 r.key.removeprefix(CANCELS_PREFIX) for r in self.reconciler.store.list(CANCELS_PREFIX)
             }
@@ -212,7 +217,7 @@ class Sources:
             with self._lock:
                 self._touched_during_pass = None
             raise
-        jobs = [JobSummary.of(r.document) for r in records]
+        jobs = [JobSummary.of(r.document) for r in self._politely(records)]
         probe = self._due_for_probe(jobs)
         snapshot = {
             job.job_id: Listed(record, job.job_id in cancelled, job.job_id in probe)
@@ -243,10 +248,18 @@ class Sources:
             errors.append(f"{refused} jobs not enqueued: the work queue is full")
         if self.gauges is not None:
             try:
-                self.gauges.export([r for r, job in zip(records, jobs, strict=True) if not job.terminal])
+                live = [r for r, job in zip(records, jobs, strict=True) if not job.terminal]
+                self.gauges.export(live, step=self._politely)
             except Exception as error:
                 errors.append(f"gauges: {error}")
         self._report(errors)
+
+    def _politely(self, items: Iterable[T]) -> Iterator[T]:
+        """`items`, with a stop every PASS_STEP_JOBS of them while an event's look is served."""
+        for index, item in enumerate(items, 1):
+            yield item
+            if index % PASS_STEP_JOBS == 0:
+                self.queue.yield_to_asked(PASS_KEY)
 
     def _due_for_probe(self, jobs: list[JobSummary]) -> set[str]:
         """The running jobs whose checkpoint root their next look lists: the least recently

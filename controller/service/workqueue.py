@@ -86,6 +86,7 @@ class WorkQueue:
         self._serving: set[str] = set()
         self._taken: dict[str, tuple[float, int]] = {}  # key served -> (its wait, sweep keys waiting)
         self._asked_since: dict[str, float] = {}  # key served that something asked for -> since when
+        self._yielding = 0  # long looks waiting in `yield_to_asked`
         self._delayed: list[tuple[float, int, str]] = []  # heap; stale entries skipped
         self._due: dict[str, float] = {}  # key -> its one wake-up
         self._sequence = itertools.count()
@@ -270,6 +271,23 @@ class WorkQueue:
                 return key
         return None
 
+    def yield_to_asked(self, own: str) -> None:
+        """For a long look's interpreter-bound steps (the periodic pass, served under key `own`):
+        wait while a look that something asked for is under way, at most SWEEP_YIELDS_SECONDS
+        from its start, the rule the sweep's looks follow; called between steps of a few
+        milliseconds, so that a recovery's look has the interpreter nearly to itself."""
+        with self._cond:
+            self._yielding += 1
+            try:
+                while not self._stopped:
+                    starts = [at for key, at in self._asked_since.items() if key != own]
+                    wait = (max(starts) + SWEEP_YIELDS_SECONDS - self._clock()) if starts else 0.0
+                    if wait <= 0:
+                        return
+                    self._cond.wait(wait)
+            finally:
+                self._yielding -= 1
+
     def _sweep_held_until(self) -> float | None:
         """While a look that something asked for began less than SWEEP_YIELDS_SECONDS ago, the
         clock time at which the last such hold ends; None when the sweep may go on."""
@@ -295,8 +313,11 @@ class WorkQueue:
         with self._cond:
             self._serving.discard(key)
             self._taken.pop(key, None)
-            if self._asked_since.pop(key, None) is not None and self._swept:
-                self._cond.notify()  # the sweep may go on
+            if self._asked_since.pop(key, None) is not None:
+                if self._yielding:
+                    self._cond.notify_all()  # a long look waiting in `yield_to_asked` may go on
+                elif self._swept:
+                    self._cond.notify()  # the sweep may go on
             if key in self._sweeping:
                 self._sweeping.discard(key)
                 self._cond.notify()  # a worker may wait for the sweep's share

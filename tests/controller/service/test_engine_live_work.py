@@ -154,10 +154,10 @@ def test_hints_that_arrive_while_the_job_is_read_are_folded_into_one_more_read(d
     entered, release = threading.Event(), threading.Event()
     real_get = engine.vertex.get
 
-    def held_get(name):  # our adapter's method, held open so that hints pile up meanwhile
+    def held_get(name, **options):  # our adapter's method, held open so that hints pile up meanwhile
         entered.set()
         release.wait(30)
-        return real_get(name)
+        return real_get(name, **options)
 
     engine.vertex.get = held_get
     devstack.vertex.calls.reset()

@@ -247,3 +247,47 @@ def test_a_recovery_gets_a_worker_at_once_while_every_sweep_look_is_slow():
     finally:
         release.set()
         queue.stop()
+
+
+def test_the_pass_stops_its_own_work_while_an_events_look_is_served_and_goes_on_after_it():
+    """The periodic pass (a long look) calls `yield_to_asked` between steps of its work: it waits
+    while another key's look is under way (the clock does not move, so only that look's end can
+    let it on), never for its own key, and never past the bound from that look's start."""
+    clock = Clock()
+    queue = WorkQueue(clock=clock)
+    release = threading.Event()
+    in_recovery = threading.Event()
+    went_on: list[str] = []
+    done = threading.Event()
+
+    def handler(key: str) -> None:
+        if key.startswith("reclaimed"):
+            in_recovery.set()
+            release.wait(30)
+            return
+        in_recovery.wait(30)
+        queue.yield_to_asked("~pass")
+        went_on.append(f"after {'released' if release.is_set() else 'the bound'}")
+        done.set()
+
+    queue.add("reclaimed-1")
+    queue.add("~pass")
+    queue.start(2, handler)
+    in_recovery.wait(30)
+    assert went_on == []  # the recovery's look is under way: the pass cannot go on
+    release.set()
+    assert done.wait(30) and went_on == ["after released"]
+
+    # A look that outlasts the bound (a call retrying through an outage) stops holding the pass.
+    release.clear()
+    in_recovery.clear()
+    done.clear()
+    queue.add("reclaimed-2")
+    in_recovery.wait(30)
+    queue.add("~pass")
+    assert not done.is_set()
+    clock.now += SWEEP_YIELDS_SECONDS
+    queue.wake()
+    assert done.wait(30) and went_on == ["after released", "after the bound"]
+    release.set()
+    queue.stop()
