@@ -199,6 +199,7 @@ class Sources:
 
     def _pass(self, period: float) -> None:
         errors: list[str] = []
+        self.queue.yield_to_asked(PASS_KEY)  # the listing's page is parsed in one call: not beside a look
         try:
             listed = self.reconciler.vertex.list_live_managed()
         except Exception as error:
