@@ -61,6 +61,18 @@ def _object_name(request, metadata: dict | None) -> str | None:
     return (metadata or {}).get("name")
 
 
+def _multipart(request) -> dict | None:
+    """The library's parse of a multipart upload (its metadata part and its content), or None
+    when the body is empty or is not a metadata part followed by a content part."""
+    try:
+        parts = request.data
+    except (ValueError, IndexError, TypeError, AttributeError):  # what the library's parser raises
+        return None
+    if not isinstance(parts, dict) or not isinstance(parts.get("meta"), dict):
+        return None
+    return parts
+
+
 def _new_resource(request, name, content_type, metadata=None) -> dict:
     resource = _make_object_resource(
         request.base_url, request.params["bucket_name"], name, content_type, "0", metadata
@@ -89,7 +101,12 @@ def insert(request, response, backend):
     if upload_type == "resumable":
         return _start_resumable(request, response, backend, conditions)
     if upload_type == "multipart":
-        parts = request.data
+        parts = _multipart(request)
+        if parts is None:
+            # Cloud Storage answers a request it cannot parse with 400 "invalid"
+            # (https://cloud.google.com/storage/docs/json_api/v1/status-codes); a client killed
+            # while sending its body leaves one behind.
+            return replies.bad_request(response, "The multipart upload's body is empty or malformed.")
         name = _object_name(request, parts["meta"])
         if not name:
             return replies.bad_request(response, "Required object name is missing.")

@@ -503,3 +503,22 @@ def test_compaction_keeps_every_object_and_generation(tmp_path, monkeypatch):
         stored = {blob.name: (blob.generation, blob.download_as_bytes()) for blob in bucket.list_blobs()}
         last_value = {f"object-{i % 7}": str(i).encode() for i in range(20)}
         assert stored == {name: (generations[name], last_value[name]) for name in generations}
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b"", b"--b\r\nContent-Type: application/json\r\n\r\nnot json\r\n--b--\r\n"],
+    ids=["empty (a client killed before its body)", "a metadata part that is no JSON, no content part"],
+)
+def test_a_multipart_upload_that_cannot_be_parsed_is_400_without_a_traceback(gcs, client, body, capfd):
+    name = f"bucket-{next(_bucket_count)}"
+    client.create_bucket(name)
+    reply = requests.post(
+        f"{gcs.url}/upload/storage/v1/b/{name}/o?uploadType=multipart",
+        data=body,
+        headers={"Content-Type": "multipart/related; boundary=b"},
+        timeout=10,
+    )
+    assert reply.status_code == 400 and "malformed" in reply.json()["error"]["message"]
+    assert list(client.bucket(name).list_blobs()) == []  # nothing was written
+    assert "Traceback" not in capfd.readouterr().err
