@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import requests
+import urllib3
 from google.api_core import exceptions as gexc
 from google.auth import exceptions as auth_exc
 from tenacity import (
@@ -79,7 +80,7 @@ def make_client(project: str | None = None) -> Any:
         # call, a fifth of a state-store call's CPU. Without proxies (whose exclusions depend on
         # the URL) all it would take from the environment is a CA bundle, the same on every call:
         # it is taken once, here, and the per-call scan is switched off.
-        bundle = _ca_bundle()
+        bundle = ca_bundle()
         if bundle:
             client._http.verify = bundle
         client._http.trust_env = False
@@ -91,7 +92,7 @@ def make_client(project: str | None = None) -> Any:
 _CA_BUNDLE_VARIABLES = ("REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE")
 
 
-def _ca_bundle() -> str | None:
+def ca_bundle() -> str | None:
     """The CA bundle the environment names for requests, if any."""
     return next((os.environ[name] for name in _CA_BUNDLE_VARIABLES if os.environ.get(name)), None)
 
@@ -101,6 +102,13 @@ def is_transient(exc: BaseException) -> bool:
     if isinstance(exc, _TRANSIENT_API_ERRORS):
         return True
     if isinstance(exc, (requests.ConnectionError, requests.Timeout, ConnectionError, TimeoutError)):
+        return True
+    # The same failures met on a bare urllib3 pool (gcs_api.py): timeouts (connect and read),
+    # connections refused, reset or cut mid-answer, TLS failures (requests calls these last
+    # ConnectionError too).
+    if isinstance(exc, (urllib3.exceptions.TimeoutError, urllib3.exceptions.ProtocolError)):
+        return True
+    if isinstance(exc, (urllib3.exceptions.SSLError, urllib3.exceptions.ProxyError)):
         return True
     # google-auth wraps network failures while refreshing tokens.
     return isinstance(exc, auth_exc.TransportError)
@@ -158,11 +166,8 @@ def conditional_upload(
     """
     write_id = new_write_id()
     blob.metadata = {**(metadata or {}), WRITE_ID_KEY: write_id}
-    tries = 0
 
-    def upload() -> None:
-        nonlocal tries
-        tries += 1
+    def upload() -> int:
         blob.upload_from_string(
             data,
             content_type=content_type,
@@ -170,17 +175,41 @@ def conditional_upload(
             timeout=timeout,
             retry=None,
         )
+        return int(blob.generation)
+
+    def read_back() -> tuple[str | None, int] | None:
+        live = blob.bucket.get_blob(blob.name, timeout=timeout, retry=None)
+        return None if live is None else ((live.metadata or {}).get(WRITE_ID_KEY), int(live.generation))
+
+    return write_once(upload, read_back, write_id, what=blob.name, deadline=deadline)
+
+
+def write_once(
+    upload: Callable[[], int],
+    read_back: Callable[[], tuple[str | None, int] | None],
+    write_id: str,
+    *,
+    what: str,
+    deadline: float | None = None,
+) -> int:
+    """Run a conditional `upload` (sending `write_id` in its metadata) under the retry policy.
+
+    Returns the new generation. PreconditionFailed is raised when the precondition does not
+    hold, except when a retry meets 412 and `read_back` (the live object's write id and
+    generation, or None) shows this write's id: the earlier try had landed, its reply was lost.
+    """
+    tries = 0
+
+    def attempt() -> int:
+        nonlocal tries
+        tries += 1
+        return upload()
 
     try:
-        call(upload, what=f"upload {blob.name}", deadline=deadline)
+        return call(attempt, what=f"upload {what}", deadline=deadline)
     except gexc.PreconditionFailed:
         if tries > 1:
-            live = call(
-                lambda: blob.bucket.get_blob(blob.name, timeout=timeout, retry=None),
-                what=f"read back {blob.name}",
-                deadline=deadline,
-            )
-            if live is not None and (live.metadata or {}).get(WRITE_ID_KEY) == write_id:
-                return int(live.generation)
+            live = call(read_back, what=f"read back {what}", deadline=deadline)
+            if live is not None and live[0] == write_id:
+                return live[1]
         raise
-    return int(blob.generation)

@@ -28,13 +28,15 @@ def gcs_client_with_bucket(bucket: str) -> Iterator[storage.Client]:
 class FlakyProxy:
     """An HTTP proxy in front of the stand-in that can answer 503 to the next few object
     requests, either instead of forwarding them or after forwarding them (a reply lost on the
-    way back). Bucket requests (the client library's own background metadata lookups) pass
+    way back), or alter the last byte of the next object reply's body (bytes damaged on the way,
+    headers as the stand-in sent them). Bucket requests (the client library's own background metadata lookups) pass
     through untouched and unrecorded, so they cannot eat a planned fault."""
 
     def __init__(self, upstream: str):
         self.upstream = upstream
         self.requests: list[tuple[str, int]] = []  # (method, status the client saw)
         self._faults: list[bool] = []  # True = forward, then fail anyway
+        self._corrupt = 0  # object replies still to damage
         self._lock = threading.Lock()
         proxy = self
 
@@ -58,6 +60,11 @@ class FlakyProxy:
                     )
                     if fault is None:
                         status, content = reply.status_code, reply.content
+                        with proxy._lock:
+                            damage = bool(content) and proxy._corrupt > 0 and about_objects
+                            proxy._corrupt -= damage
+                        if damage:
+                            content = content[:-1] + bytes([content[-1] ^ 1])
                         headers = {
                             k: v
                             for k, v in reply.headers.items()
@@ -86,6 +93,10 @@ class FlakyProxy:
     def fail_next(self, count: int, *, after_forwarding: bool = False) -> None:
         with self._lock:
             self._faults.extend([after_forwarding] * count)
+
+    def corrupt_next(self, count: int = 1) -> None:
+        with self._lock:
+            self._corrupt += count
 
     def stop(self) -> None:
         self._server.shutdown()
