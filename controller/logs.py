@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import threading
 from collections.abc import MutableMapping
 from typing import Any, TextIO
 
@@ -42,8 +43,24 @@ def _render_json(logger: Any, method_name: str, event_dict: MutableMapping[str, 
     return _encode(event_dict)
 
 
-class _LineLogger(structlog.PrintLogger):
-    """structlog's PrintLogger, but the line and its newline leave in one write."""
+# One lock per stream, so that lines written from many threads never interleave. Our own, not
+# structlog's PrintLogger's private attributes (which its versions may rename).
+_STREAM_LOCKS: dict[int, threading.Lock] = {}
+_STREAM_LOCKS_GUARD = threading.Lock()
+
+
+def _lock_for(stream: TextIO) -> threading.Lock:
+    with _STREAM_LOCKS_GUARD:
+        return _STREAM_LOCKS.setdefault(id(stream), threading.Lock())
+
+
+class _LineLogger:
+    """structlog's logger interface (a method per level, each given the rendered line): the line
+    and its newline leave in one write."""
+
+    def __init__(self, stream: TextIO):
+        self._file = stream
+        self._lock = _lock_for(stream)
 
     def msg(self, message: str) -> None:
         line = message + "\n"
