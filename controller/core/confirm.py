@@ -150,17 +150,38 @@ def refine_finished(
 
 def account_of(job_id: str, settled: Attempt, event: ev.VertexObserved, obs: Observation) -> str:
     """How an ending settled by Vertex's error reads in the job's reason, whether the job goes
-    on or has finished: the ending and its rule, the evidence and the error, where the gang stood
-    (the step) and the command that opens the log of the replica the error names."""
-    said = "; ".join(x for x in (settled.evidence, event.error_message.strip()) if x)
+    on or has finished (`ending_account` with the settled record)."""
     ending = settled.ending.value if settled.ending else "?"
-    account = f"{ending} ({settled.rule}): {said}".strip().rstrip(":")
-    step = _newest_step(obs.replica_exits)
+    return ending_account(
+        job_id,
+        settled.number,
+        f"{ending} ({settled.rule})",
+        settled.evidence,
+        event.error_message,
+        obs.replica_exits,
+    )
+
+
+def ending_account(
+    job_id: str,
+    number: int,
+    verdict: str,
+    evidence: str,
+    error_message: str,
+    replicas: tuple[ReplicaExit, ...],
+) -> str:
+    """The one wording of an ending in a job's reason, whether Vertex's error was there at the
+    ending's first read or corrected it later: the ending and its rule, the evidence and the
+    error, where the gang stood (the step) and the command that opens the log of the replica
+    the error names (a worker killed for memory leaves no record of its own to name it)."""
+    said = "; ".join(x for x in (evidence, error_message.strip()) if x)
+    account = f"{verdict}: {said}".strip().rstrip(":")
+    step = _newest_step(replicas)
     if step is not None and f"step {step}" not in account:  # where the gang stood when it died
         account += f" at step {step}"
-    named = _NAMED_REPLICA.search(event.error_message)
+    named = _NAMED_REPLICA.search(error_message)
     if named and "relaunch logs" not in account:
-        account += f" (relaunch logs {job_id} --attempt {settled.number} --replica {named.group(1)})"
+        account += f" (relaunch logs {job_id} --attempt {number} --replica {named.group(1)})"
     return account
 
 

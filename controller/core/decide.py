@@ -815,9 +815,12 @@ def _restart_not_counted(
     return _restart(state, alerts, now, rng, at_once=ended.made_progress)
 
 
-def _what(ended: _Ended) -> str:
-    said = "; ".join(x for x in (ended.evidence, ended.event.error_message.strip()) if x)
-    return f"{ended.verdict.ending.value} ({ended.verdict.rule}): {said}".strip().rstrip(":")
+def _what(state: JobState, ended: _Ended) -> str:
+    verdict = f"{ended.verdict.ending.value} ({ended.verdict.rule})"
+    event = ended.event
+    return confirm.ending_account(
+        state.job_id, ended.number, verdict, ended.evidence, event.error_message, event.replica_exits
+    )
 
 
 def _charge(state: JobState, ended: _Ended) -> JobState:
@@ -832,7 +835,9 @@ def _fail_permanently(
     state: JobState, ended: _Ended, now: float, rng: random.Random, config: CoreConfig
 ) -> Outcome:
     state = _charge(state, ended)
-    return _fail(state, "job_failed", f"attempt {ended.number} failed permanently: {_what(ended)}", now)
+    return _fail(
+        state, "job_failed", f"attempt {ended.number} failed permanently: {_what(state, ended)}", now
+    )
 
 
 def _restart_counted(
@@ -845,7 +850,7 @@ def _restart_counted(
             state,
             "job_failed",
             f"failure budget exhausted ({state.failures} failures, "
-            f"maxFailures={state.policy.max_failures}); last: {_what(ended)}",
+            f"maxFailures={state.policy.max_failures}); last: {_what(state, ended)}",
             now,
         )
     return _restart(state, [], now, rng)

@@ -146,3 +146,31 @@ def test_a_reclaim_corrected_to_out_of_memory_gives_the_same_account_when_it_end
     ):
         assert said in state.terminal_reason, state.terminal_reason
     assert not any(isinstance(a, SubmitAttempt) for a in actions)
+
+
+def test_out_of_memory_reads_the_same_whether_vertexs_error_came_first_or_late():
+    """On a loaded machine Vertex's out-of-memory error is already set when the ending is first
+    read; otherwise it arrives after the ending was decided and corrects it. The job's reason
+    must not depend on that race: both name the replica, its code, the step and the command for
+    that replica's log, in the same words."""
+    reasons = []
+    chief = ReplicaExit("workerpool0-0", "stopped_by_peer", 70, step=12)
+    evidence = {"exit_reason": "stopped_by_peer", "exit_step": 12, "replica_exits": (chief,)}
+    for error_first in (True, False):
+        run = Run.start(max_failures=0)
+        run.config = CoreConfig(error_settle_seconds=90, error_recheck_seconds=10)
+        run.submitted(1)
+        run.running(1)
+        if error_first:
+            run.ended(1, "FAILED", 3, OOM, **evidence)
+        else:
+            run.ended(1, "FAILED", **evidence)
+            run.submitted(2)
+            run.feed(ev.VertexObserved(1, vname(1), "FAILED", 3, OOM, end_time=1000.0, spot=True, **evidence))
+        assert (run.state.phase, run.state.preemptions, run.state.failures) == (Phase.FAILED, 0, 1)
+        reasons.append(run.state.terminal_reason)
+    first, late = reasons
+    assert "relaunch logs job-1 --attempt 1 --replica workerpool1-0" in first, first
+    assert "step 12" in first and "137" in first, first
+    account = first.split("last: ")[1]
+    assert account in late, (first, late)
