@@ -27,7 +27,7 @@ from typing import Any
 from controller import logs
 from controller.adapters.checkpoints import CheckpointsUnreadable
 from controller.adapters.runs import restarts_of
-from controller.adapters.vertex import VertexBackend, job_labels, observed_event, vertex_state_name
+from controller.adapters.vertex import VertexBackend, job_labels, job_name, observed_event, vertex_state_name
 from controller.core import events as ev
 from controller.core.model import VERTEX_TERMINAL, Attempt
 from trainer import layout
@@ -91,12 +91,13 @@ class Observer:
     def remember_listing(self, jobs: list[Any]) -> None:
         now = self._clock()
         by_job: dict[str, list[str]] = {}
-        for job in jobs:
+        names = [job_name(job) for job in jobs]
+        for job, name in zip(jobs, names, strict=True):
             job_id, _ = job_labels(job)
             if job_id is not None:
-                by_job.setdefault(job_id, []).append(job.name)
+                by_job.setdefault(job_id, []).append(name)
         with self._lock:
-            self._listed = {job.name: (job, now) for job in jobs}
+            self._listed = {name: (job, now) for job, name in zip(jobs, names, strict=True)}
             self._names_of = by_job
 
     def listed_for(self, job_id: str, *, other_than: str | None = None) -> list[Any]:

@@ -67,13 +67,21 @@ def vertex_state_name(job: aiplatform_v1.CustomJob) -> str:
 
 def job_labels(job: aiplatform_v1.CustomJob) -> tuple[str | None, int | None]:
     """(job id, attempt) from a CustomJob's Relaunch labels, or (None, None)."""
-    labels = dict(job.labels)
+    # The protobuf map under the proto-plus wrapper: the wrapper's copy costs ten times as much,
+    # and a pass reads the labels of every listed job in one stretch.
+    labels = aiplatform_v1.CustomJob.pb(job).labels
     if labels.get(MANAGED_BY_LABEL) != MANAGED_BY_VALUE:
         return None, None
     try:
         return labels.get(JOB_LABEL), int(labels.get(ATTEMPT_LABEL, ""))
     except ValueError:
         return labels.get(JOB_LABEL), None
+
+
+def job_name(job: aiplatform_v1.CustomJob) -> str:
+    """The CustomJob's resource name, read from the protobuf message (the wrapper's read costs
+    ten times as much, which counts when a pass reads a thousand)."""
+    return aiplatform_v1.CustomJob.pb(job).name
 
 
 def timestamp_seconds(value: Any) -> float | None:
