@@ -422,6 +422,8 @@ def choose(
                 + (f", the first of {len(waited_for)} refused back" if len(waited_for) > 1 else "")
                 + ") is worth: waiting for it"
             )
+        elif cheapest.name in refused and by_cost is not cheapest:
+            why += f"; {cheapest.name} refused: " + _why_moved(by_cost, cheapest, move_premium, expected_wait)
     elif objective is Objective.EARLIEST_FINISH:
         chosen, why = by_time, f"earliest expected finish ({_hours(by_time.finish_seconds)})"
     else:
@@ -502,9 +504,28 @@ def worth_moving(
     `elsewhere` to come back, `first_back`)."""
     if elsewhere.cost_per_unit <= refused.cost_per_unit * (1.0 + move_premium):
         return True
+    extra, worth = move_against_wait(elsewhere, refused, wait_seconds=wait_seconds)
+    return extra <= worth
+
+
+def move_against_wait(
+    elsewhere: Figures, refused: Figures, *, wait_seconds: float | None = None
+) -> tuple[float, float]:
+    """What `worth_moving` weighs: the extra dollars of one attempt `elsewhere`, and what the wait
+    for `refused` is worth (hours of it at the refused placement's hourly price)."""
     extra = (elsewhere.cost_per_unit - refused.cost_per_unit) * elsewhere.units_per_attempt
     wait = refused.wait_seconds if wait_seconds is None else wait_seconds
-    return extra <= wait / HOUR * refused.dollars_per_hour
+    return extra, wait / HOUR * refused.dollars_per_hour
+
+
+def _why_moved(elsewhere: Figures, refused: Figures, move_premium: float, wait_seconds: float) -> str:
+    if elsewhere.cost_per_unit <= refused.cost_per_unit * (1.0 + move_premium):
+        return f"moving, at most {move_premium:.0%} more per unit"
+    extra, worth = move_against_wait(elsewhere, refused, wait_seconds=wait_seconds)
+    return (
+        f"moving, one attempt here costs {_money(extra)} more, less than the expected wait for it "
+        f"({_hours(wait_seconds)}) is worth at its price ({_money(worth)})"
+    )
 
 
 def _money(dollars: float) -> str:

@@ -38,6 +38,7 @@ from controller.core.checkpoint_interval import RateEstimate
 from controller.core.classify import Ending
 from controller.core.model import Attempt, JobState, Phase
 from controller.core.placement import Choice, Evidence, JobCosts, Objective, Placement, Transfer, choose
+from controller.core.stockout_spells import PRIOR_STOCKOUT_SECONDS, Stockouts
 
 # Evidence from the job's own attempts (waits, speeds) counts half as much per this much age:
 # the same scale as the rate book's forgetting (`checkpoint_interval.DEFAULT_HALF_LIFE_SECONDS`).
@@ -90,33 +91,49 @@ def evidence(
 ) -> dict[str, Evidence]:
     """Waits and speeds each placement showed this job (rates come from the book: the shell).
     `shapes`: placement name -> its machines; the speed of one is the speed of all its shape's.
-    Each attempt weighs half as much per `half_life_seconds` since it ended."""
+    Each attempt that ran weighs half as much per `half_life_seconds` since it ended. A placement
+    whose latest attempts were refused (its stockout not seen to end) waits the rest of its
+    stockout as the job's own refusals predict (`stockouts`, `core.stockout_spells`)."""
     shapes = shapes or {}
     waits: dict[str, list[tuple[float, float]]] = {}
     speeds: dict[str, list[tuple[float, float]]] = {}
     for attempt in state.attempts:
-        if attempt.placement is None:
+        if attempt.placement is None or attempt.started_at is None:
             continue
         name = str(attempt.placement["chosen"])
         weight = _weight(attempt, now, half_life_seconds)
-        asked = attempt.submitted_at if attempt.submitted_at is not None else attempt.intent_at
-        if attempt.started_at is not None:
-            waits.setdefault(name, []).append((weight, max(0.0, attempt.started_at - asked)))
-            speed = _speed(attempt)
-            if speed is not None:
-                speeds.setdefault(str(shapes.get(name, name)), []).append((weight, speed))
-        elif attempt.ended_at is not None:
-            # Refused (a stockout, quota): the time it waited, and no start to show for it.
-            waits.setdefault(name, []).append((weight, max(0.0, attempt.ended_at - asked)))
+        waits.setdefault(name, []).append((weight, max(0.0, attempt.started_at - _asked(attempt))))
+        speed = _speed(attempt)
+        if speed is not None:
+            speeds.setdefault(str(shapes.get(name, name)), []).append((weight, speed))
+    spells = stockouts(state, half_life_seconds)
     placed = {str(a.placement["chosen"]) for a in state.attempts if a.placement is not None}
     names = placed | set(shapes)
     return {
         name: Evidence(
-            wait_seconds=_mean(waits.get(name)),
+            wait_seconds=_or(spells.remaining(name, now), _mean(waits.get(name))),
             units_per_second=_mean(speeds.get(str(shapes.get(name, name)))),
         )
         for name in names
     }
+
+
+def stockouts(state: JobState, half_life_seconds: float = EVIDENCE_HALF_LIFE_SECONDS) -> Stockouts:
+    """The stockouts this job watched, from its attempts in the stored record: an attempt refused
+    before it ran (capacity or quota) is a refusal of its placement, from its request to its
+    ending; one that started ends its placement's open stockout at its request. An attempt still
+    in flight says nothing yet."""
+    spells = Stockouts(half_life_seconds=half_life_seconds)
+    for attempt in state.attempts:
+        if attempt.placement is None:
+            continue
+        name = str(attempt.placement["chosen"])
+        if attempt.started_at is not None:
+            spells = spells.started(name, _asked(attempt))
+        elif attempt.ending is Ending.CAPACITY:
+            at = attempt.ended_at if attempt.ended_at is not None else _asked(attempt)
+            spells = spells.refused(name, at, asked_at=_asked(attempt))
+    return spells
 
 
 def choose_placements(
@@ -164,6 +181,29 @@ def _placed(
 
 
 def _choose(state: JobState, attempt: Attempt, inputs: PlacementInputs, now: float) -> Choice:
+    choice = _compare(state, attempt, inputs, now)
+    return with_stockouts(choice, stockouts(state, inputs.half_life_seconds), now)
+
+
+def with_stockouts(choice: Choice, spells: Stockouts, now: float) -> Choice:
+    """The reason, followed by the wait each placement still refusing is expected to have and
+    where that came from (nothing when none is)."""
+    open_spells = [
+        f"{name} refused {_hours(now - last)} ago: {_hours(spells.remaining(name, now) or 0.0)} expected yet"
+        for name, last in spells.refused_at.items()
+    ]
+    if not open_spells:
+        return choice
+    basis = (
+        f"stockouts last {_hours(spells.mean(now))} on average by this job's refusals (the prior, "
+        f"{_hours(PRIOR_STOCKOUT_SECONDS)}, as one seen to end; {_hours(spells.kept(now) * spells.watched)} "
+        f"watched, {spells.kept(now) * spells.ended:.2g} seen to end, weighing half per "
+        f"{_hours(spells.half_life_seconds)}); one refused s ago is expected back in mean x exp(-s/mean)"
+    )
+    return replace(choice, reason=f"{choice.reason}; {basis}; {'; '.join(open_spells)}")
+
+
+def _compare(state: JobState, attempt: Attempt, inputs: PlacementInputs, now: float) -> Choice:
     seen = evidence(state, now, {p.name: p.pools for p in inputs.placements}, inputs.half_life_seconds)
     per_placement = {
         p.name: replace(seen.get(p.name, Evidence()), rates=inputs.rates.get(p.name))
@@ -207,6 +247,18 @@ def _speed(attempt: Attempt) -> float | None:
     steps = attempt.checkpoint_step_at_end - (attempt.resume_from_step or 0)
     seconds = attempt.ended_at - attempt.started_at
     return steps / seconds if steps > 0 and seconds > 0 else None
+
+
+def _hours(seconds: float) -> str:
+    return f"{seconds / 3600.0:.1f} h"
+
+
+def _asked(attempt: Attempt) -> float:
+    return attempt.submitted_at if attempt.submitted_at is not None else attempt.intent_at
+
+
+def _or(first: float | None, second: float | None) -> float | None:
+    return second if first is None else first
 
 
 def _weight(attempt: Attempt, now: float, half_life_seconds: float) -> float:
