@@ -30,7 +30,9 @@ accelerator. What was learned of a placement left idle fades back to its prior o
 (`Evidence.idle_seconds`, the rate book's half-life), so capacity that was busy once is tried
 again. After a refusal, lowest cost moves at once when the move is cheap enough or the expected
 wait is worth more than one attempt's extra cost elsewhere (`worth_moving`); the wait is for the
-first of the refused placements that are cheaper than the move to come back (`first_back`).
+first of the refused placements that are cheaper than the move to come back (`first_back`), each
+refused placement's the rest of its stockout as the job's refusals predict (the shell's input,
+`core.stockout_spells`).
 """
 
 from __future__ import annotations
@@ -499,8 +501,8 @@ def worth_moving(
     of one attempt there is at most what the wait would cost at the refused placement's own hourly
     price: an hour of the job's time is taken to be worth an hour of its machines (so a short
     stay a little dearer is taken, a week locked into FLEX_START at a third more is not).
-    `wait_seconds`: the expected wait (by default `refused.wait_seconds`, the shell's, from its
-    refusals; `choose` passes the wait for the first of the refused placements cheaper than
+    `wait_seconds`: the expected wait (by default `refused.wait_seconds`: for a refused placement
+    the rest of its stockout, `core.stockout_spells`; `choose` passes the wait for the first of the refused placements cheaper than
     `elsewhere` to come back, `first_back`)."""
     if elsewhere.cost_per_unit <= refused.cost_per_unit * (1.0 + move_premium):
         return True

@@ -13,7 +13,10 @@ What the choice reads, and where it comes from:
   when a SubmitAttempt lacks its placement (`wanted`), as it does for the interval;
 - waits and speeds per placement: the job's own attempts, here (pure, from the state), each
   weighted by age at the configured half-life (`PlacementInputs.half_life_seconds`; 12 h by
-  default) so an old stockout or an old speed fades. A
+  default) so an old wait or an old speed fades. A placement whose latest attempts were refused
+  waits the rest of its stockout instead, as the job's own refusals (its attempts in the stored
+  record, so a restarted controller expects the same) predict: `core.stockout_spells`, with its
+  prior and fading on the same half-life; the reason says what that estimate rests on. A
   speed belongs to the machines, not to the region: placements with the same pools (machine
   type, accelerators, replicas) share one measured speed, so two regions of one shape are
   compared by price and reclaims, not by the noise of two start-ups;

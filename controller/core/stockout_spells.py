@@ -3,9 +3,10 @@ the job itself watched (its own attempts, in its stored record).
 
 A refusal (a stockout or quota error before the attempt ran) says the capacity is gone now, not
 for how long. Google documents no length: a resource error applies to that request at that
-moment and capacity changes often (https://cloud.google.com/compute/docs/troubleshooting/
-troubleshooting-resource-availability). So the length is learned, per job, over all its
-placements (one estimate: a job sees too few stockouts to learn one per placement):
+moment, and capacity changes often (Google's "Troubleshoot resource availability errors",
+https://cloud.google.com/compute/docs/troubleshooting/troubleshooting-resource-availability).
+So the length is learned, per job, over all its placements (one estimate: a job sees too few
+stockouts to learn one per placement):
 
 - Spells. Refusals of one placement in a row form a watched spell, from its first refusal (the
   moment its request was made) to its last. Refusals more than `WATCH_GAP_SECONDS` apart are not
