@@ -28,9 +28,10 @@ Policies:
                  included), each attempt walks the list from the top; a refusal costs 60 s
   relaunch       `controller.core.placement.choose` (lowest cost) on what it observed: per
                  placement the real, forgetting `RateEstimate`, queue waits, stockout lengths
-                 learned from the refusals it watched (a stockout nobody looked at for over
-                 half an hour counts only up to its last refusal), measured speed, time since
-                 it was last used
+                 learned from the refusals it watched through the controller's own estimate
+                 (`controller.core.stockout_spells`: a stockout nobody looked at for over half
+                 an hour counts only up to its last refusal; old ones fade at a 12 h
+                 half-life), measured speed, time since it was last used
   relaunch-move  the same, but a refusal always moves it on (as fixed-order does)
   hindsight      the single placement (waiting out its stockouts) with the lowest mean cost per
                  unit at that grid point, known only after the fact
