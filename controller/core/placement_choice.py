@@ -41,7 +41,7 @@ from controller.core.checkpoint_interval import RateEstimate
 from controller.core.classify import Ending
 from controller.core.model import Attempt, JobState, Phase
 from controller.core.placement import Choice, Evidence, JobCosts, Objective, Placement, Transfer, choose
-from controller.core.stockout_spells import PRIOR_STOCKOUT_SECONDS, Stockouts
+from controller.core.stockout_spells import PRIOR_STOCKOUT_SECONDS, Stockouts, watch_gap
 
 # Evidence from the job's own attempts (waits, speeds) counts half as much per this much age:
 # the same scale as the rate book's forgetting (`checkpoint_interval.DEFAULT_HALF_LIFE_SECONDS`).
@@ -49,6 +49,9 @@ EVIDENCE_HALF_LIFE_SECONDS = 12 * 3600.0
 # The training left when no exit record has said the final step yet (units of the speed, i.e.
 # steps): only the deadline objective's finish estimate depends on it; a long job is assumed.
 DEFAULT_REMAINING_UNITS = 1e6
+# The capacity retry (`CoreConfig.capacity_retry_seconds`, RELAUNCH_CAPACITY_RETRY_SECONDS) when
+# none is given: how often a job waiting for a refused placement asks it again.
+DEFAULT_RETRY_SECONDS = 120.0
 
 
 @dataclass(frozen=True)
@@ -91,6 +94,7 @@ def evidence(
     now: float,
     shapes: dict[str, object] | None = None,
     half_life_seconds: float = EVIDENCE_HALF_LIFE_SECONDS,
+    retry_seconds: float = DEFAULT_RETRY_SECONDS,
 ) -> dict[str, Evidence]:
     """Waits and speeds each placement showed this job (rates come from the book: the shell).
     `shapes`: placement name -> its machines; the speed of one is the speed of all its shape's.
@@ -109,7 +113,7 @@ def evidence(
         speed = _speed(attempt)
         if speed is not None:
             speeds.setdefault(str(shapes.get(name, name)), []).append((weight, speed))
-    spells = stockouts(state, half_life_seconds)
+    spells = stockouts(state, half_life_seconds, retry_seconds)
     placed = {str(a.placement["chosen"]) for a in state.attempts if a.placement is not None}
     names = placed | set(shapes)
     return {
@@ -121,12 +125,17 @@ def evidence(
     }
 
 
-def stockouts(state: JobState, half_life_seconds: float = EVIDENCE_HALF_LIFE_SECONDS) -> Stockouts:
+def stockouts(
+    state: JobState,
+    half_life_seconds: float = EVIDENCE_HALF_LIFE_SECONDS,
+    retry_seconds: float = DEFAULT_RETRY_SECONDS,
+) -> Stockouts:
     """The stockouts this job watched, from its attempts in the stored record: an attempt refused
     before it ran (capacity or quota) is a refusal of its placement, from its request to its
     ending; one that started ends its placement's open stockout at its request. An attempt still
-    in flight says nothing yet."""
-    spells = Stockouts(half_life_seconds=half_life_seconds)
+    in flight says nothing yet. `retry_seconds`: the configured capacity retry (a longer one
+    stretches the gap that still counts as watching, `stockout_spells.watch_gap`)."""
+    spells = Stockouts(half_life_seconds=half_life_seconds, watch_gap_seconds=watch_gap(retry_seconds))
     for attempt in state.attempts:
         if attempt.placement is None:
             continue
@@ -171,7 +180,7 @@ def _placed(
     if attempt.placement is None:
         if inputs is None:
             return state, [action]  # the shell gathers the inputs and decides again
-        choice = with_price_sources(_choose(state, attempt, inputs, now), inputs)
+        choice = with_price_sources(_choose(state, attempt, inputs, now, retry_seconds), inputs)
         attempts = list(state.attempts)
         attempts[index] = attempt = replace(attempt, placement=choice.to_dict())
         state = replace(state, attempts=tuple(attempts))
@@ -183,9 +192,11 @@ def _placed(
     return state, [replace(action, placement=str(attempt.placement["chosen"]))]
 
 
-def _choose(state: JobState, attempt: Attempt, inputs: PlacementInputs, now: float) -> Choice:
-    choice = _compare(state, attempt, inputs, now)
-    return with_stockouts(choice, stockouts(state, inputs.half_life_seconds), now)
+def _choose(
+    state: JobState, attempt: Attempt, inputs: PlacementInputs, now: float, retry_seconds: float
+) -> Choice:
+    choice = _compare(state, attempt, inputs, now, retry_seconds)
+    return with_stockouts(choice, stockouts(state, inputs.half_life_seconds, retry_seconds), now)
 
 
 def with_stockouts(choice: Choice, spells: Stockouts, now: float) -> Choice:
@@ -206,8 +217,11 @@ def with_stockouts(choice: Choice, spells: Stockouts, now: float) -> Choice:
     return replace(choice, reason=f"{choice.reason}; {basis}; {'; '.join(open_spells)}")
 
 
-def _compare(state: JobState, attempt: Attempt, inputs: PlacementInputs, now: float) -> Choice:
-    seen = evidence(state, now, {p.name: p.pools for p in inputs.placements}, inputs.half_life_seconds)
+def _compare(
+    state: JobState, attempt: Attempt, inputs: PlacementInputs, now: float, retry_seconds: float
+) -> Choice:
+    shapes: dict[str, object] = {p.name: p.pools for p in inputs.placements}
+    seen = evidence(state, now, shapes, inputs.half_life_seconds, retry_seconds)
     per_placement = {
         p.name: replace(seen.get(p.name, Evidence()), rates=inputs.rates.get(p.name))
         for p in inputs.placements

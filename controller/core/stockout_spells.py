@@ -9,7 +9,8 @@ So the length is learned, per job, over all its placements (one estimate: a job 
 stockouts to learn one per placement):
 
 - Spells. Refusals of one placement in a row form a watched spell, from its first refusal (the
-  moment its request was made) to its last. Refusals more than `WATCH_GAP_SECONDS` apart are not
+  moment its request was made) to its last. Refusals more than `watch_gap_seconds` apart (half an
+  hour, or three capacity retries when those are longer: `watch_gap`) are not
   one watched spell: nobody looked in between (the job ran elsewhere), so the spell before the gap
   counts up to its last refusal, its end unseen. A start there within the gap ends the spell, seen:
   it counts half the gap more. A start after a longer gap ends it unseen.
@@ -37,6 +38,8 @@ from dataclasses import dataclass, field, replace
 # Refusals of one placement further apart than this are not one watched stockout: the controller
 # asks again within the capacity retry (120 s) while it waits, so a longer gap means it was elsewhere.
 WATCH_GAP_SECONDS = 1800.0
+# With a longer capacity retry configured, the gap is this many retries (a retry's jitter included).
+WATCH_GAP_RETRIES = 3.0
 # A refusal is taken to last this long before any stockout was watched (counted as one spell seen
 # to its end): a guess of hours, not minutes, that the job's own refusals correct.
 PRIOR_STOCKOUT_SECONDS = 2 * 3600.0
@@ -55,13 +58,14 @@ class Stockouts:
     ended: float = 0.0  # spells seen to their end, faded to `at`
     at: float = 0.0  # when `watched` and `ended` were last faded
     half_life_seconds: float = DEFAULT_HALF_LIFE_SECONDS
+    watch_gap_seconds: float = WATCH_GAP_SECONDS
 
     def refused(self, name: str, at: float, asked_at: float | None = None) -> Stockouts:
         """`name` refused at `at` a request made at `asked_at` (by default `at`)."""
         asked = at if asked_at is None else min(asked_at, at)
         last = self.refused_at.get(name)
         state = self
-        if last is not None and asked - last > WATCH_GAP_SECONDS:
+        if last is not None and asked - last > self.watch_gap_seconds:
             # Left unwatched: the spell counts up to its last refusal, its end unseen.
             state = state._close(name, at, last - self.since[name], ends=0.0)
         refused_at = {**state.refused_at, name: at}
@@ -74,7 +78,7 @@ class Stockouts:
         if last is None:
             return self
         first = self.since[name]
-        if at - last <= WATCH_GAP_SECONDS:
+        if at - last <= self.watch_gap_seconds:
             return self._close(name, at, 0.5 * (last + at) - first, ends=1.0)
         return self._close(name, at, last - first, ends=0.0)
 
@@ -107,3 +111,9 @@ class Stockouts:
         if not math.isfinite(self.half_life_seconds):
             return 1.0
         return math.pow(0.5, max(0.0, now - self.at) / self.half_life_seconds)
+
+
+def watch_gap(capacity_retry_seconds: float) -> float:
+    """The longest gap between refusals of one placement that still counts as watching it: half
+    an hour, or a few capacity retries where the configured retry is long."""
+    return max(WATCH_GAP_SECONDS, WATCH_GAP_RETRIES * capacity_retry_seconds)

@@ -18,7 +18,14 @@ from controller.core.classify import Ending
 from controller.core.decide import decide, new_job
 from controller.core.model import JobState, Phase
 from controller.core.placement import JobCosts, Objective, Placement, Pool, Transfer
-from controller.core.placement_choice import PlacementInputs, choose_placements, evidence, refused, wanted
+from controller.core.placement_choice import (
+    PlacementInputs,
+    choose_placements,
+    evidence,
+    refused,
+    stockouts,
+    wanted,
+)
 from tests.support.core_driver import PREEMPTED, STOCKOUT, Run, make_policy
 
 POOLS = (Pool("a2-highgpu-1g", "NVIDIA_TESLA_A100", 1, 1), Pool("a2-highgpu-1g", "NVIDIA_TESLA_A100", 1, 1))
@@ -350,3 +357,21 @@ def test_a_refusal_long_ago_predicts_no_wait_and_old_stockouts_fade_back_to_the_
     old.feed(ev.TimerFired())
     assert chosen(old.state) == "spot-a" and old.state.current.placement["wait"] is True
     assert "2.1 h expected yet" in old.state.current.placement["reason"]
+
+
+def test_with_a_long_capacity_retry_configured_the_refusals_between_retries_still_count_as_watched():
+    run = placed_run(A, FAR)  # A refused: the job waits for it, asking again after each retry
+    run.config = replace(run.config, capacity_retry_seconds=3600.0)
+    for n in (1, 2, 3):
+        run.submitted(n)
+        run.ended(n, "FAILED", 8, STOCKOUT)
+        run.feed(ev.TimerFired())
+        assert chosen(run.state) == "spot-a" and run.state.current.placement["wait"] is True
+        run.wake()  # an hour later
+    run.submitted(4)
+    run.running(4)
+    # Refused at 0, 1 h and 2 h, started at 3 h: one stockout seen to end, 2.5 h watched.
+    seen = stockouts(run.state, retry_seconds=3600.0)
+    assert seen.ended == 1 and abs(seen.watched / 3600 - 2.5) < 0.01
+    # Read as if the retry were the default 2 minutes, the hour-long gaps were unwatched.
+    assert stockouts(run.state).ended == 0
