@@ -10,10 +10,11 @@ stockouts to learn one per placement):
 
 - Spells. Refusals of one placement in a row form a watched spell, from its first refusal (the
   moment its request was made) to its last. Refusals more than `watch_gap_seconds` apart (half an
-  hour, or three capacity retries when those are longer: `watch_gap`) are not
-  one watched spell: nobody looked in between (the job ran elsewhere), so the spell before the gap
-  counts up to its last refusal, its end unseen. A start there within the gap ends the spell, seen:
-  it counts half the gap more. A start after a longer gap ends it unseen.
+  hour, or three capacity retries when those are longer: `watch_gap`) are not one watched spell:
+  nobody looked in between (the job ran elsewhere), so the spell before the gap counts up to its
+  last refusal, its end unseen. A start there within the gap ends the spell, seen: it counts half
+  the gap more. A start after a longer gap ends it unseen. Quota refusals count alike: a
+  placement without quota is expected to stay refused as a stockout is.
 - The mean length. Stockouts taken as exponential, the estimate from censored lengths: watched
   seconds over the spells seen to end, with a prior of `PRIOR_STOCKOUT_SECONDS` counted as one
   spell seen to end. Old evidence fades: the watched seconds and the ends seen weigh half as much
