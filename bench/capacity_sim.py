@@ -28,9 +28,10 @@ Policies:
                  included), each attempt walks the list from the top; a refusal costs 60 s
   relaunch       `controller.core.placement.choose` (lowest cost) on what it observed: per
                  placement the real, forgetting `RateEstimate`, queue waits, stockout lengths
-                 learned from the refusals it watched (a stockout nobody looked at for over
-                 half an hour counts only up to its last refusal), measured speed, time since
-                 it was last used
+                 learned from the refusals it watched through the controller's own estimate
+                 (`controller.core.stockout_spells`: a stockout nobody looked at for over half
+                 an hour counts only up to its last refusal; old ones fade at a 12 h
+                 half-life), measured speed, time since it was last used
   relaunch-move  the same, but a refusal always moves it on (as fixed-order does)
   hindsight      the single placement (waiting out its stockouts) with the lowest mean cost per
                  unit at that grid point, known only after the fact
@@ -76,6 +77,7 @@ from controller.core.placement import (
     choose,
     planned_interval,
 )
+from controller.core.stockout_spells import DEFAULT_HALF_LIFE_SECONDS, PRIOR_STOCKOUT_SECONDS, Stockouts
 
 REGIONS = ("A", "B", "C")
 # Hourly price of each region against the list price: A is the cheapest (so a policy ordered by
@@ -94,8 +96,6 @@ SHAPES = {
 FLEX_SHARE = 0.6  # FLEX_START price / on-demand
 TRY_SECONDS, BACKOFF_SECONDS = 60.0, 120.0
 CRASH_MTBF = 7 * 24 * HOUR
-# relaunch's shell: refusals of one placement further apart than this are not one watched stockout.
-WATCH_GAP_SECONDS = 0.5 * HOUR
 DRAWS = 4000
 
 
@@ -198,44 +198,6 @@ def lifetime(env: Env, p: Placement, unit: float, start: float) -> float:
 
 
 @dataclass
-class Stockouts:
-    """How long a stockout lasts, from the refusals relaunch's shell watched: the exponential's
-    estimate from censored lengths. A streak of refusals of one placement counts the time it was
-    watched: from its first refusal to its last, plus half the gap to a start there that came
-    within WATCH_GAP_SECONDS (then its end was seen). Refusals further apart than that are not one
-    watched stockout: the streak before is kept up to its last refusal, its end unseen (before,
-    the whole time to the next start counted, attempts elsewhere of 10-20 h included)."""
-
-    refused_at: dict[str, float] = field(default_factory=dict)  # the latest refusal of the streak
-    since: dict[str, float] = field(default_factory=dict)  # its first refusal
-    watched: float = 0.0  # seconds of stockout seen
-    ended: int = 0  # stockouts seen to their end
-
-    def refused(self, name: str, t: float) -> None:
-        last = self.refused_at.get(name)
-        if last is not None and t - last > WATCH_GAP_SECONDS:
-            self.watched += last - self.since[name]  # left unwatched: cut at its last refusal
-            self.since[name] = t
-        self.refused_at[name] = t
-        self.since.setdefault(name, t)
-
-    def started(self, name: str, t: float) -> None:
-        last = self.refused_at.pop(name, None)
-        if last is None:
-            return
-        first = self.since.pop(name)
-        if t - last <= WATCH_GAP_SECONDS:
-            self.watched += 0.5 * (last + t) - first
-            self.ended += 1
-        else:
-            self.watched += last - first
-
-    def mean(self, prior_seconds: float) -> float:
-        """The mean stockout, the prior counting as one stockout of `prior_seconds` seen to end."""
-        return (prior_seconds + self.watched) / (1 + self.ended)
-
-
-@dataclass
 class Run:
     """One policy's progress through one replication."""
 
@@ -246,7 +208,7 @@ class Run:
     used: dict[str, int] = field(default_factory=dict)  # attempts per placement (draw index)
     rates: dict[str, RateEstimate] = field(default_factory=dict)
     last_end: dict[str, float] = field(default_factory=dict)  # wall time of its last ending
-    stockouts: Stockouts = field(default_factory=lambda: Stockouts())
+    stockouts: Stockouts = field(default_factory=Stockouts)
     waits: dict[str, float] = field(default_factory=dict)
     measured: dict[str, float] = field(default_factory=dict)
 
@@ -333,19 +295,16 @@ def run_fixed_order(env: Env, world: World, work: float) -> Run:
 
 
 def run_relaunch(env: Env, world: World, work: float, args: argparse.Namespace, premium: float) -> Run:
-    run = Run()
+    run = Run(stockouts=Stockouts(half_life_seconds=args.stockout_half_life * HOUR))
     while run.units < work:
-        # How long a stockout lasts, as seen (one estimate for every Spot placement).
-        spell_prior = run.stockouts.mean(args.spell_prior * HOUR)
         refused: set[str] = set()
         while True:
             evidence = {}
             for p in env.placements:
-                wait = run.waits.get(p.name)
-                if p.name in run.stockouts.refused_at:
-                    # Spells are memoryless: a refusal says "gone for about a spell", fading with time.
-                    since = run.wall - run.stockouts.refused_at[p.name]
-                    wait = spell_prior * math.exp(-since / spell_prior)
+                # A refused placement: the rest of its stockout, learned from the refusals the
+                # shell watched (the controller's own estimate, `core.stockout_spells`).
+                left = run.stockouts.remaining(p.name, run.wall, args.spell_prior * HOUR)
+                wait = run.waits.get(p.name) if left is None else left
                 idle = run.wall - run.last_end[p.name] if p.name in run.last_end else 0.0
                 evidence[p.name] = Evidence(run.rates.get(p.name), wait, run.measured.get(p.name), idle)
             costs = JobCosts(
@@ -368,13 +327,13 @@ def run_relaunch(env: Env, world: World, work: float, args: argparse.Namespace, 
                 continue
             if p.strategy == "SPOT" and stocked_out_until(world, p.name, run.wall) is not None:
                 run.wall += TRY_SECONDS
-                run.stockouts.refused(p.name, run.wall)
+                run.stockouts = run.stockouts.refused(p.name, run.wall)
                 refused.add(p.name)
                 if len(refused) == len(env.placements):
                     run.wall += BACKOFF_SECONDS
                     refused.clear()
                 continue
-            run.stockouts.started(p.name, run.wall)
+            run.stockouts = run.stockouts.started(p.name, run.wall)
             attempt(env, world, run, p, work)
             break
     return run
@@ -435,7 +394,18 @@ def main() -> int:
     parser.add_argument("--stall", type=float, default=60.0, help="C, seconds (W = 2C)")
     parser.add_argument("--restart", type=float, default=300.0)
     parser.add_argument("--checkpoint-gb", type=float, default=200.0)
-    parser.add_argument("--spell-prior", type=float, default=2.0, help="hours a refusal is taken to last")
+    parser.add_argument(
+        "--spell-prior",
+        type=float,
+        default=PRIOR_STOCKOUT_SECONDS / HOUR,
+        help="hours a refusal is taken to last (the controller's prior)",
+    )
+    parser.add_argument(
+        "--stockout-half-life",
+        type=float,
+        default=DEFAULT_HALF_LIFE_SECONDS / HOUR,
+        help="hours: watched stockouts weigh half as much per this (the controller's default; inf: never)",
+    )
     parser.add_argument(
         "--move-premium",
         type=float,

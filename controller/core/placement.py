@@ -30,7 +30,9 @@ accelerator. What was learned of a placement left idle fades back to its prior o
 (`Evidence.idle_seconds`, the rate book's half-life), so capacity that was busy once is tried
 again. After a refusal, lowest cost moves at once when the move is cheap enough or the expected
 wait is worth more than one attempt's extra cost elsewhere (`worth_moving`); the wait is for the
-first of the refused placements that are cheaper than the move to come back (`first_back`).
+first of the refused placements that are cheaper than the move to come back (`first_back`), each
+refused placement's the rest of its stockout as the job's refusals predict (the shell's input,
+`core.stockout_spells`).
 """
 
 from __future__ import annotations
@@ -422,6 +424,8 @@ def choose(
                 + (f", the first of {len(waited_for)} refused back" if len(waited_for) > 1 else "")
                 + ") is worth: waiting for it"
             )
+        elif cheapest.name in refused and by_cost is not cheapest:
+            why += f"; {cheapest.name} refused: " + _why_moved(by_cost, cheapest, move_premium, expected_wait)
     elif objective is Objective.EARLIEST_FINISH:
         chosen, why = by_time, f"earliest expected finish ({_hours(by_time.finish_seconds)})"
     else:
@@ -497,14 +501,33 @@ def worth_moving(
     of one attempt there is at most what the wait would cost at the refused placement's own hourly
     price: an hour of the job's time is taken to be worth an hour of its machines (so a short
     stay a little dearer is taken, a week locked into FLEX_START at a third more is not).
-    `wait_seconds`: the expected wait (by default `refused.wait_seconds`, the shell's, from its
-    refusals; `choose` passes the wait for the first of the refused placements cheaper than
+    `wait_seconds`: the expected wait (by default `refused.wait_seconds`: for a refused placement
+    the rest of its stockout, `core.stockout_spells`; `choose` passes the wait for the first of the refused placements cheaper than
     `elsewhere` to come back, `first_back`)."""
     if elsewhere.cost_per_unit <= refused.cost_per_unit * (1.0 + move_premium):
         return True
+    extra, worth = move_against_wait(elsewhere, refused, wait_seconds=wait_seconds)
+    return extra <= worth
+
+
+def move_against_wait(
+    elsewhere: Figures, refused: Figures, *, wait_seconds: float | None = None
+) -> tuple[float, float]:
+    """What `worth_moving` weighs: the extra dollars of one attempt `elsewhere`, and what the wait
+    for `refused` is worth (hours of it at the refused placement's hourly price)."""
     extra = (elsewhere.cost_per_unit - refused.cost_per_unit) * elsewhere.units_per_attempt
     wait = refused.wait_seconds if wait_seconds is None else wait_seconds
-    return extra <= wait / HOUR * refused.dollars_per_hour
+    return extra, wait / HOUR * refused.dollars_per_hour
+
+
+def _why_moved(elsewhere: Figures, refused: Figures, move_premium: float, wait_seconds: float) -> str:
+    if elsewhere.cost_per_unit <= refused.cost_per_unit * (1.0 + move_premium):
+        return f"moving, at most {move_premium:.0%} more per unit"
+    extra, worth = move_against_wait(elsewhere, refused, wait_seconds=wait_seconds)
+    return (
+        f"moving, one attempt here costs {_money(extra)} more, less than the expected wait for it "
+        f"({_hours(wait_seconds)}) is worth at its price ({_money(worth)})"
+    )
 
 
 def _money(dollars: float) -> str:

@@ -13,7 +13,10 @@ What the choice reads, and where it comes from:
   when a SubmitAttempt lacks its placement (`wanted`), as it does for the interval;
 - waits and speeds per placement: the job's own attempts, here (pure, from the state), each
   weighted by age at the configured half-life (`PlacementInputs.half_life_seconds`; 12 h by
-  default) so an old stockout or an old speed fades. A
+  default) so an old wait or an old speed fades. A placement whose latest attempts were refused
+  waits the rest of its stockout instead, as the job's own refusals (its attempts in the stored
+  record, so a restarted controller expects the same) predict: `core.stockout_spells`, with its
+  prior and fading on the same half-life; the reason says what that estimate rests on. A
   speed belongs to the machines, not to the region: placements with the same pools (machine
   type, accelerators, replicas) share one measured speed, so two regions of one shape are
   compared by price and reclaims, not by the noise of two start-ups;
@@ -38,6 +41,7 @@ from controller.core.checkpoint_interval import RateEstimate
 from controller.core.classify import Ending
 from controller.core.model import Attempt, JobState, Phase
 from controller.core.placement import Choice, Evidence, JobCosts, Objective, Placement, Transfer, choose
+from controller.core.stockout_spells import PRIOR_STOCKOUT_SECONDS, Stockouts, watch_gap
 
 # Evidence from the job's own attempts (waits, speeds) counts half as much per this much age:
 # the same scale as the rate book's forgetting (`checkpoint_interval.DEFAULT_HALF_LIFE_SECONDS`).
@@ -45,6 +49,9 @@ EVIDENCE_HALF_LIFE_SECONDS = 12 * 3600.0
 # The training left when no exit record has said the final step yet (units of the speed, i.e.
 # steps): only the deadline objective's finish estimate depends on it; a long job is assumed.
 DEFAULT_REMAINING_UNITS = 1e6
+# The capacity retry (`CoreConfig.capacity_retry_seconds`, RELAUNCH_CAPACITY_RETRY_SECONDS) when
+# none is given: how often a job waiting for a refused placement asks it again.
+DEFAULT_RETRY_SECONDS = 120.0
 
 
 @dataclass(frozen=True)
@@ -87,36 +94,58 @@ def evidence(
     now: float,
     shapes: dict[str, object] | None = None,
     half_life_seconds: float = EVIDENCE_HALF_LIFE_SECONDS,
+    retry_seconds: float = DEFAULT_RETRY_SECONDS,
 ) -> dict[str, Evidence]:
     """Waits and speeds each placement showed this job (rates come from the book: the shell).
     `shapes`: placement name -> its machines; the speed of one is the speed of all its shape's.
-    Each attempt weighs half as much per `half_life_seconds` since it ended."""
+    Each attempt that ran weighs half as much per `half_life_seconds` since it ended. A placement
+    whose latest attempts were refused (its stockout not seen to end) waits the rest of its
+    stockout as the job's own refusals predict (`stockouts`, `core.stockout_spells`)."""
     shapes = shapes or {}
     waits: dict[str, list[tuple[float, float]]] = {}
     speeds: dict[str, list[tuple[float, float]]] = {}
     for attempt in state.attempts:
-        if attempt.placement is None:
+        if attempt.placement is None or attempt.started_at is None:
             continue
         name = str(attempt.placement["chosen"])
         weight = _weight(attempt, now, half_life_seconds)
-        asked = attempt.submitted_at if attempt.submitted_at is not None else attempt.intent_at
-        if attempt.started_at is not None:
-            waits.setdefault(name, []).append((weight, max(0.0, attempt.started_at - asked)))
-            speed = _speed(attempt)
-            if speed is not None:
-                speeds.setdefault(str(shapes.get(name, name)), []).append((weight, speed))
-        elif attempt.ended_at is not None:
-            # Refused (a stockout, quota): the time it waited, and no start to show for it.
-            waits.setdefault(name, []).append((weight, max(0.0, attempt.ended_at - asked)))
+        waits.setdefault(name, []).append((weight, max(0.0, attempt.started_at - _asked(attempt))))
+        speed = _speed(attempt)
+        if speed is not None:
+            speeds.setdefault(str(shapes.get(name, name)), []).append((weight, speed))
+    spells = stockouts(state, half_life_seconds, retry_seconds)
     placed = {str(a.placement["chosen"]) for a in state.attempts if a.placement is not None}
     names = placed | set(shapes)
     return {
         name: Evidence(
-            wait_seconds=_mean(waits.get(name)),
+            wait_seconds=_or(spells.remaining(name, now), _mean(waits.get(name))),
             units_per_second=_mean(speeds.get(str(shapes.get(name, name)))),
         )
         for name in names
     }
+
+
+def stockouts(
+    state: JobState,
+    half_life_seconds: float = EVIDENCE_HALF_LIFE_SECONDS,
+    retry_seconds: float = DEFAULT_RETRY_SECONDS,
+) -> Stockouts:
+    """The stockouts this job watched, from its attempts in the stored record: an attempt refused
+    before it ran (capacity or quota) is a refusal of its placement, from its request to its
+    ending; one that started ends its placement's open stockout at its request. An attempt still
+    in flight says nothing yet. `retry_seconds`: the configured capacity retry (a longer one
+    stretches the gap that still counts as watching, `stockout_spells.watch_gap`)."""
+    spells = Stockouts(half_life_seconds=half_life_seconds, watch_gap_seconds=watch_gap(retry_seconds))
+    for attempt in state.attempts:
+        if attempt.placement is None:
+            continue
+        name = str(attempt.placement["chosen"])
+        if attempt.started_at is not None:
+            spells = spells.started(name, _asked(attempt))
+        elif attempt.ending is Ending.CAPACITY:
+            at = attempt.ended_at if attempt.ended_at is not None else _asked(attempt)
+            spells = spells.refused(name, at, asked_at=_asked(attempt))
+    return spells
 
 
 def choose_placements(
@@ -151,7 +180,7 @@ def _placed(
     if attempt.placement is None:
         if inputs is None:
             return state, [action]  # the shell gathers the inputs and decides again
-        choice = with_price_sources(_choose(state, attempt, inputs, now), inputs)
+        choice = with_price_sources(_choose(state, attempt, inputs, now, retry_seconds), inputs)
         attempts = list(state.attempts)
         attempts[index] = attempt = replace(attempt, placement=choice.to_dict())
         state = replace(state, attempts=tuple(attempts))
@@ -163,8 +192,36 @@ def _placed(
     return state, [replace(action, placement=str(attempt.placement["chosen"]))]
 
 
-def _choose(state: JobState, attempt: Attempt, inputs: PlacementInputs, now: float) -> Choice:
-    seen = evidence(state, now, {p.name: p.pools for p in inputs.placements}, inputs.half_life_seconds)
+def _choose(
+    state: JobState, attempt: Attempt, inputs: PlacementInputs, now: float, retry_seconds: float
+) -> Choice:
+    choice = _compare(state, attempt, inputs, now, retry_seconds)
+    return with_stockouts(choice, stockouts(state, inputs.half_life_seconds, retry_seconds), now)
+
+
+def with_stockouts(choice: Choice, spells: Stockouts, now: float) -> Choice:
+    """The reason, followed by the wait each placement still refusing is expected to have and
+    where that came from (nothing when none is)."""
+    open_spells = [
+        f"{name} refused {_hours(now - last)} ago: {_hours(spells.remaining(name, now) or 0.0)} expected yet"
+        for name, last in spells.refused_at.items()
+    ]
+    if not open_spells:
+        return choice
+    basis = (
+        f"stockouts last {_hours(spells.mean(now))} on average by this job's refusals (the prior, "
+        f"{_hours(PRIOR_STOCKOUT_SECONDS)}, as one seen to end; {_hours(spells.kept(now) * spells.watched)} "
+        f"watched, {spells.kept(now) * spells.ended:.2g} seen to end, weighing half per "
+        f"{_hours(spells.half_life_seconds)}); one refused s ago is expected back in mean x exp(-s/mean)"
+    )
+    return replace(choice, reason=f"{choice.reason}; {basis}; {'; '.join(open_spells)}")
+
+
+def _compare(
+    state: JobState, attempt: Attempt, inputs: PlacementInputs, now: float, retry_seconds: float
+) -> Choice:
+    shapes: dict[str, object] = {p.name: p.pools for p in inputs.placements}
+    seen = evidence(state, now, shapes, inputs.half_life_seconds, retry_seconds)
     per_placement = {
         p.name: replace(seen.get(p.name, Evidence()), rates=inputs.rates.get(p.name))
         for p in inputs.placements
@@ -207,6 +264,18 @@ def _speed(attempt: Attempt) -> float | None:
     steps = attempt.checkpoint_step_at_end - (attempt.resume_from_step or 0)
     seconds = attempt.ended_at - attempt.started_at
     return steps / seconds if steps > 0 and seconds > 0 else None
+
+
+def _hours(seconds: float) -> str:
+    return f"{seconds / 3600.0:.1f} h"
+
+
+def _asked(attempt: Attempt) -> float:
+    return attempt.submitted_at if attempt.submitted_at is not None else attempt.intent_at
+
+
+def _or(first: float | None, second: float | None) -> float | None:
+    return second if first is None else first
 
 
 def _weight(attempt: Attempt, now: float, half_life_seconds: float) -> float:

@@ -9,6 +9,7 @@ estimates are inputs, as the shell hands them to `decide`.
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 from controller.core import events as ev
@@ -17,7 +18,14 @@ from controller.core.classify import Ending
 from controller.core.decide import decide, new_job
 from controller.core.model import JobState, Phase
 from controller.core.placement import JobCosts, Objective, Placement, Pool, Transfer
-from controller.core.placement_choice import PlacementInputs, evidence, refused, wanted
+from controller.core.placement_choice import (
+    PlacementInputs,
+    choose_placements,
+    evidence,
+    refused,
+    stockouts,
+    wanted,
+)
 from tests.support.core_driver import PREEMPTED, STOCKOUT, Run, make_policy
 
 POOLS = (Pool("a2-highgpu-1g", "NVIDIA_TESLA_A100", 1, 1), Pool("a2-highgpu-1g", "NVIDIA_TESLA_A100", 1, 1))
@@ -253,3 +261,117 @@ def test_an_auto_interval_is_chosen_for_the_capacity_of_the_attempts_placement()
         run.placing,
     ).state
     assert calm_state.current.checkpoint_interval["seconds"] > busy_seconds
+
+
+# A Spot placement 15 % dearer than A: beyond the 10 % a refusal moves for at once, so after a
+# refusal of A the choice weighs one attempt's extra cost there (about $7 at the Spot prior's
+# attempt length) against the expected wait for A at A's price ($2 an hour): a wait of over 3.6 h
+# is worth the move, a shorter one is not.
+DEARER = Placement("spot-m", "europe-west4", POOLS, "SPOT", 1.15)
+
+
+def watch_stockout(run: PlacedRun, hours: float) -> None:
+    """The current attempt's placement refuses every retry for `hours` (the job waiting for it),
+    then starts and runs an hour before it is reclaimed."""
+    until = run.now + hours * 3600
+    while True:
+        n = run.state.current.number
+        run.submitted(n)
+        if run.now >= until:
+            break
+        run.ended(n, "FAILED", 8, STOCKOUT)
+        run.feed(ev.TimerFired())  # the next attempt: placed, and waiting for it
+        assert chosen(run.state) == "spot-a" and run.state.current.placement["wait"] is True
+        run.wake()
+    run.running(n)
+    run.now += 3600
+    run.ended(n, "FAILED", 8, PREEMPTED)
+    run.wake()
+
+
+def refused_again(history_hours: float) -> PlacedRun:
+    """A job that watched one stockout of A for `history_hours`, ran on A, and is refused by A again."""
+    run = placed_run(A, DEARER)
+    watch_stockout(run, history_hours)
+    assert chosen(run.state) == "spot-a"
+    n = run.state.current.number
+    run.submitted(n)
+    run.ended(n, "FAILED", 8, STOCKOUT)
+    run.feed(ev.TimerFired())
+    return run
+
+
+def test_after_watching_long_stockouts_a_refusal_moves_at_once_and_after_short_ones_it_waits():
+    # A stockout of A watched for 6 h (refused every two minutes, then A started): the job expects
+    # the next one to last about (2 h prior + 6 h) / 2 = 4 h, worth more than the move's extra cost.
+    long = refused_again(6)
+    placement = long.state.current.placement
+    assert chosen(long.state) == "spot-m" and placement["wait"] is False
+    assert submits(long.actions)[-1].placement == "spot-m"
+    # (5.97 h watched weighs 0.94 an hour after it ended: (2 + 5.6) / 1.94 = 3.9 h.)
+    waited = next(f for f in placement["figures"] if f["name"] == "spot-a")["waitSeconds"]
+    assert abs(waited / 3600 - 3.9) < 0.05
+    assert "spot-a refused 0.0 h ago: 3.9 h expected yet" in placement["reason"]
+    assert (
+        "one attempt here costs $7.225 more, less than the expected wait for it (3.9 h)"
+        in placement["reason"]
+    )
+    # Stockouts of ten minutes: the next is expected to last (2 h + 10 min) / 2, about an hour,
+    # not worth a move 15 % dearer: the job waits for A after the capacity backoff.
+    short = refused_again(10 / 60)
+    assert chosen(short.state) == "spot-a" and short.state.current.placement["wait"] is True
+    assert "1.1 h expected yet" in short.state.current.placement["reason"]
+
+
+def test_the_stored_record_gives_a_restarted_controller_the_same_stockout_evidence_and_choice():
+    run = refused_again(6)
+    stored = json.loads(json.dumps(run.state.to_dict()))
+    restored = JobState.from_dict(stored)
+    assert evidence(restored, run.now) == evidence(run.state, run.now)
+    # The choice for the refused attempt made again from the restored record: the same.
+    submit = replace(submits(run.actions)[-1], placement=None)
+    undecided = replace(restored.attempts[-1], placement=None)
+    restored = replace(restored, attempts=restored.attempts[:-1] + (undecided,))
+    again, actions = choose_placements(restored, [submit], run.placing, run.now, 120.0)
+    assert again.current.placement == run.state.current.placement
+    assert [a.placement for a in submits(actions)] == ["spot-m"]
+
+
+def test_a_refusal_long_ago_predicts_no_wait_and_old_stockouts_fade_back_to_the_prior():
+    run = refused_again(6)
+    assert abs(evidence(run.state, run.now)["spot-a"].wait_seconds / 3600 - 3.9) < 0.05
+    # Two days later, with nothing asked of A since, its refusal says next to nothing.
+    assert evidence(run.state, run.now + 2 * 24 * 3600)["spot-a"].wait_seconds < 60.0
+    # The same 6 h stockout three days before the refusal: it weighs 1/64 (12 h half-life), the
+    # expected stockout is back near the 2 h prior, and the job waits for A rather than move.
+    old = placed_run(A, DEARER)
+    watch_stockout(old, 6)
+    old.submitted(old.state.current.number)
+    old.running(old.state.current.number)
+    old.now += 3 * 24 * 3600
+    old.ended(old.state.current.number, "FAILED", 8, PREEMPTED)
+    old.wake()
+    n = old.state.current.number
+    old.submitted(n)
+    old.ended(n, "FAILED", 8, STOCKOUT)
+    old.feed(ev.TimerFired())
+    assert chosen(old.state) == "spot-a" and old.state.current.placement["wait"] is True
+    assert "2.1 h expected yet" in old.state.current.placement["reason"]
+
+
+def test_with_a_long_capacity_retry_configured_the_refusals_between_retries_still_count_as_watched():
+    run = placed_run(A, FAR)  # A refused: the job waits for it, asking again after each retry
+    run.config = replace(run.config, capacity_retry_seconds=3600.0)
+    for n in (1, 2, 3):
+        run.submitted(n)
+        run.ended(n, "FAILED", 8, STOCKOUT)
+        run.feed(ev.TimerFired())
+        assert chosen(run.state) == "spot-a" and run.state.current.placement["wait"] is True
+        run.wake()  # an hour later
+    run.submitted(4)
+    run.running(4)
+    # Refused at 0, 1 h and 2 h, started at 3 h: one stockout seen to end, 2.5 h watched.
+    seen = stockouts(run.state, retry_seconds=3600.0)
+    assert seen.ended == 1 and abs(seen.watched / 3600 - 2.5) < 0.01
+    # Read as if the retry were the default 2 minutes, the hour-long gaps were unwatched.
+    assert stockouts(run.state).ended == 0
