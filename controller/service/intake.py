@@ -13,9 +13,10 @@ cancel, a rejection), so any instance, leader or standby, may take a delivery an
 a delivery seen twice records nothing twice. The leader acts on what is recorded.
 
 A job request claims its checkpoint root (ownership.py) and then creates its record, reading
-nothing first: a new job costs two create-only writes and the claim's neighbour reads. A
-duplicate or a conflict shows itself as a refused create (or a refused claim), and only then is
-the job's record read. A conflicting request for a job whose root is another withdraws the claim
+nothing first, both inside the store's `together`: a new job costs, on SQLite, one write of the
+group commit (one commit wait) holding the claim, its neighbour reads and the record; on GCS two
+create-only writes and the neighbour reads, one after the other. A duplicate or a conflict shows
+itself as a refused create (or a refused claim), and only then is the job's record read. A conflicting request for a job whose root is another withdraws the claim
 it made on its way, and so does its redelivery if a crash came in between: a claim naming a job
 on a root that is not the job's own backs nothing. A crash between the claim and the record
 leaves the claim alone, and the redelivery finds it its own and records the job.
@@ -44,9 +45,14 @@ from controller.readmodel.jobs import entry
 from controller.request import CancelRequest, JobRequest, RequestInvalid, parse_request
 from controller.request.nesting import nests_too_deeply
 from controller.service.alerts import AlertSink
-from controller.service.ownership import claim_checkpoint_root, release_checkpoint_root, root_of
+from controller.service.ownership import (
+    Refusal,
+    claim_checkpoint_root,
+    release_checkpoint_root,
+    root_of,
+)
 from controller.settings import Settings
-from controller.store import AlreadyExists, StateStore, Versioned
+from controller.store import AlreadyExists, StateStore, StoreOps, Versioned
 from controller.store.keys import cancel_key, job_key, rejected_key_for_payload
 
 log = logs.get("relaunch.intake")
@@ -116,17 +122,6 @@ class Intake:
 
         canonical = request.to_json()
         fingerprint = request.fingerprint(canonical)
-        # The claim first, then the job: a new job (the common case) costs no read of a record
-        # that is not there; a duplicate or a conflict is told apart by the create's refusal.
-        # Unfenced like every intake record: any instance may claim, leader or not.
-        refusal = claim_checkpoint_root(self.store, request.job_id, request.checkpoint_uri, settings)
-        if refusal is not None:
-            existing = self.store.get(job_key(request.job_id))
-            if existing is None:
-                return self._reject(data, refusal.status, refusal.reason, request.job_id)
-            # An invalid root was never claimed: nothing to withdraw.
-            release = refusal.status != "invalid"
-            return self._known_job(data, request, fingerprint, existing, release=release)
         now = self.clock()
         state = new_job(
             request.job_id,
@@ -137,18 +132,38 @@ class Intake:
         )
         timeline = [entry(now, 0, "request accepted")]
         document = JobRecord(canonical, fingerprint, state, tuple(timeline)).to_dict()
-        try:
-            # Unfenced and create-only: any instance may record it, leader or not.
-            version = self.store.create(job_key(request.job_id), document)
-        except AlreadyExists:
-            existing = self.store.get(job_key(request.job_id))
+        key = job_key(request.job_id)
+
+        def claim_and_record(store: StoreOps) -> Refusal | int | None:
+            # The claim first, then the job: a new job (the common case) costs no read of a record
+            # that is not there; a duplicate or a conflict is told apart by the create's refusal.
+            # Unfenced and create-only like every intake record: any instance may write them.
+            refusal = claim_checkpoint_root(store, request.job_id, request.checkpoint_uri, settings)
+            if refusal is not None:
+                return refusal
+            try:
+                return store.create(key, document)
+            except AlreadyExists:
+                return None  # recorded before: the same request again, or a conflict
+
+        # SQLite: one write of the group commit; GCS: the claim's steps, then the job's (ownership.py).
+        outcome = self.store.together(claim_and_record)
+        if isinstance(outcome, Refusal):
+            existing = self.store.get(key)
+            if existing is None:
+                return self._reject(data, outcome.status, outcome.reason, request.job_id)
+            # An invalid root was never claimed: nothing to withdraw.
+            release = outcome.status != "invalid"
+            return self._known_job(data, request, fingerprint, existing, release=release)
+        if outcome is None:
+            existing = self.store.get(key)
             if existing is None:  # deleted by retention since: the next delivery starts afresh
-                raise
+                raise AlreadyExists(key)
             return self._known_job(data, request, fingerprint, existing, release=True)
         self._remember(request)
         log.info("job accepted", job_id=request.job_id, attempt=0)
         # Its reconcile submits attempt 1 (or cancels it), starting from this record.
-        self._enqueue_created(request.job_id, Versioned(job_key(request.job_id), document, version))
+        self._enqueue_created(request.job_id, Versioned(key, document, outcome))
         return IntakeResult("accepted", request.job_id, "accepted")
 
     def _known_job(

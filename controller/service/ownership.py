@@ -10,12 +10,16 @@ Claim keys hash each path segment, so the claim of `gs://b/runs` is a key prefix
 `gs://b/runs/a`: roots inside a root are found with one `list`, roots above it with one `get` per
 level.
 
-No lock: intakes claim side by side (so their writes share the store's group commit). A claim is
-written first and checked after: the create-only write settles two claims of one root, and for
-roots that overlap, whoever finds the other's claim after writing its own withdraws it and is
-refused. Of two overlapping claims made at once at least one sees the other, so an overlap is
-never granted; at worst both see each other and both requests are refused as conflicts (they
-named overlapping roots, which is the user's error either way).
+No lock: intakes claim side by side. A claim is written first and checked after: the
+create-only write settles two claims of one root, and for roots that overlap, whoever finds the
+other's claim after writing its own withdraws it and is refused. Of two overlapping claims made
+at once at least one sees the other, so an overlap is never granted; at worst both see each
+other and both requests are refused as conflicts (they named overlapping roots, which is the
+user's error either way). The intake makes the claim inside the store's `together` with the
+job's record: on SQLite the claim, its check and the record are one write of the group commit,
+where claims are made one after the other and the later one sees the earlier (a claim seen
+before its commit shares that commit, so nothing is decided from a claim that could be lost);
+on GCS each is its own step, as described here.
 
 A claim lives as long as its job's record: when retention deletes a finished job, its claim goes
 too, and the root may be named again (the new job then resumes from what it finds there).
@@ -27,7 +31,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from controller.settings import Settings
-from controller.store import AlreadyExists, StateStore
+from controller.store import AlreadyExists, StateStore, StoreOps
 from controller.store.keys import CHECKPOINT_ROOTS_PREFIX, checkpoint_root_key
 
 # A claim key must stay within the store's 512 characters: 17 + 11 per level.
@@ -69,7 +73,7 @@ def bucket_refusal(uri: str, settings: Settings) -> Refusal | None:
 
 
 def claim_checkpoint_root(
-    store: StateStore, job_id: str, uri: str, settings: Settings, *, fence: int = 0
+    store: StoreOps, job_id: str, uri: str, settings: Settings, *, fence: int = 0
 ) -> Refusal | None:
     """Claim `uri` for `job_id`; None when the job owns it (now or already), else why not."""
     refusal = bucket_refusal(uri, settings)
@@ -98,7 +102,7 @@ def claim_checkpoint_root(
 
 
 def _overlap(
-    store: StateStore, job_id: str, uri: str, segments: list[str], root: str, key: str
+    store: StoreOps, job_id: str, uri: str, segments: list[str], root: str, key: str
 ) -> Refusal | None:
     """Another job's claim above this root (or on a folder above it), or inside it."""
     for depth in range(2, len(segments)):  # every folder above the root

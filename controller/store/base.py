@@ -29,7 +29,9 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
+
+T = TypeVar("T")
 
 _KEY = re.compile(r"^[a-z0-9][a-z0-9._-]*(/[a-z0-9][a-z0-9._-]*)*$")
 
@@ -69,6 +71,18 @@ def check_key(key: str) -> str:
     return key
 
 
+class StoreOps(Protocol):
+    """The reads and writes a `StateStore.together` call's work may make (as the store's own)."""
+
+    def get(self, key: str) -> Versioned | None: ...
+
+    def create(self, key: str, document: dict[str, Any], *, fence: int = 0) -> int: ...
+
+    def list(self, prefix: str = "") -> Iterator[Versioned]: ...
+
+    def delete(self, key: str, *, expected_version: int) -> None: ...
+
+
 class StateStore(Protocol):
     def get(self, key: str) -> Versioned | None:
         """The current document and version, or None."""
@@ -105,3 +119,14 @@ class StateStore(Protocol):
 
     def delete(self, key: str, *, expected_version: int) -> None:
         """Remove the document if its version is still `expected_version`."""
+
+    def together(self, work: Callable[[StoreOps], T]) -> T:
+        """Run `work` on a view of the store and return what it returns.
+
+        A store with transactions (SQLite) runs it as one write: its writes become durable in one
+        commit when this returns, and none of them does if `work` raises; what it reads is the
+        latest committed state plus its own writes, and no other writer comes in between. A store
+        without (GCS) hands `work` the store itself: each call is its own durable step, in order,
+        and a raise keeps the steps already made. So a caller must be right under both, which the
+        second (one step at a time) covers; the first only saves commits and round trips.
+        `work` makes no call but these (on SQLite it runs inside the store's commit)."""

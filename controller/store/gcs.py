@@ -64,6 +64,8 @@ from controller.store.base import (
     Fenced,
     Liveness,
     StoreError,
+    StoreOps,
+    T,
     VersionConflict,
     Versioned,
     check_key,
@@ -369,6 +371,10 @@ class GcsStateStore:
                 f"{key}: changed while being written (expected version {expected_version})"
             ) from None
         return expected_version + 1
+
+    def together(self, work: Callable[[StoreOps], T]) -> T:
+        """No transaction spans objects: each of `work`'s calls is its own step, in order."""
+        return work(self)
 
     def delete(self, key: str, *, expected_version: int) -> None:
         name = self._object_name(key)

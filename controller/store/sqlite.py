@@ -21,6 +21,11 @@ mid-batch loses only writes nobody was told about.
 
 Reads use a second connection (WAL lets it read the last commit while a batch is being written),
 so they never wait behind an fsync.
+
+`together(work)`: reads and writes that belong together (the intake's checkpoint-root claim, the
+check of its neighbours and the job's record) run as one write of a batch, on the writing
+connection: one commit wait instead of one per write, reads that no other writer can change
+before the commit, and all of its writes undone by its savepoint if it raises.
 """
 
 from __future__ import annotations
@@ -37,6 +42,8 @@ from controller.store.base import (
     Fenced,
     Liveness,
     StoreError,
+    StoreOps,
+    T,
     VersionConflict,
     Versioned,
     check_key,
@@ -189,20 +196,19 @@ class SqliteStateStore:
         check_key(key)
         body = json.dumps(document, sort_keys=True)
         live = int(self._liveness(key, document))
+        return self._write(lambda db: self._insert(db, key, body, live, fence))
 
-        def run(db: sqlite3.Connection) -> int:
-            if fence > 0:
-                self._check_floor(key, fence)
-            try:
-                db.execute(
-                    "INSERT INTO documents (key, body, version, fence, live) VALUES (?, ?, 1, ?, ?)",
-                    (key, body, fence, live),
-                )
-            except sqlite3.IntegrityError:
-                raise AlreadyExists(key) from None
-            return 1
-
-        return self._write(run)
+    def _insert(self, db: sqlite3.Connection, key: str, body: str, live: int, fence: int) -> int:
+        if fence > 0:
+            self._check_floor(key, fence)
+        try:
+            db.execute(
+                "INSERT INTO documents (key, body, version, fence, live) VALUES (?, ?, 1, ?, ?)",
+                (key, body, fence, live),
+            )
+        except sqlite3.IntegrityError:
+            raise AlreadyExists(key) from None
+        return 1
 
     def _check_floor(self, key: str, fence: int) -> None:
         row = self._db.execute("SELECT fence FROM fence_floor WHERE id = 1").fetchone()
@@ -265,12 +271,66 @@ class SqliteStateStore:
 
     def delete(self, key: str, *, expected_version: int) -> None:
         check_key(key)
+        self._write(lambda db: _remove(db, key, expected_version))
 
-        def run(db: sqlite3.Connection) -> None:
-            cursor = db.execute(
-                "DELETE FROM documents WHERE key = ? AND version = ?", (key, expected_version)
-            )
-            if cursor.rowcount != 1:
-                raise VersionConflict(f"{key}: not at version {expected_version}")
+    def together(self, work: Callable[[StoreOps], T]) -> T:
+        """`work` as one write of the group commit: its writes share the batch's COMMIT, and its
+        own savepoint undoes them all when it raises (only its writes: the batch goes on)."""
 
-        self._write(run)
+        def run(db: sqlite3.Connection) -> T:
+            try:
+                return work(_InBatch(self, db))
+            except (StoreError, sqlite3.Error):
+                raise
+            except Exception as error:  # undone like a refused write, and raised to the caller
+                raise _Undone(error) from error
+
+        try:
+            return self._write(run)
+        except _Undone as undone:
+            raise undone.error from None
+
+
+class _Undone(StoreError):
+    """A `together` call's work raised something not the store's: its savepoint is rolled back
+    (as for a refused write) and the caller gets the error itself."""
+
+    def __init__(self, error: Exception):
+        super().__init__(repr(error))
+        self.error = error
+
+
+class _InBatch:
+    """The store as a `together` call's work sees it: the writing connection, inside the batch
+    that holds the work (reads see the last commit and the batch's writes so far)."""
+
+    def __init__(self, store: SqliteStateStore, db: sqlite3.Connection):
+        self._store = store
+        self._db = db
+
+    def get(self, key: str) -> Versioned | None:
+        check_key(key)
+        row = self._db.execute("SELECT body, version FROM documents WHERE key = ?", (key,)).fetchone()
+        return Versioned(key, json.loads(row[0]), row[1]) if row else None
+
+    def list(self, prefix: str = "") -> Iterator[Versioned]:
+        rows = self._db.execute(
+            "SELECT key, body, version FROM documents WHERE key >= ? AND key < ? ORDER BY key",
+            (prefix, prefix + "\x7f"),
+        ).fetchall()
+        return (Versioned(key, json.loads(body), version) for key, body, version in rows)
+
+    def create(self, key: str, document: dict[str, Any], *, fence: int = 0) -> int:
+        check_key(key)
+        live = int(self._store._liveness(key, document))
+        return self._store._insert(self._db, key, json.dumps(document, sort_keys=True), live, fence)
+
+    def delete(self, key: str, *, expected_version: int) -> None:
+        check_key(key)
+        _remove(self._db, key, expected_version)
+
+
+def _remove(db: sqlite3.Connection, key: str, expected_version: int) -> None:
+    cursor = db.execute("DELETE FROM documents WHERE key = ? AND version = ?", (key, expected_version))
+    if cursor.rowcount != 1:
+        raise VersionConflict(f"{key}: not at version {expected_version}")

@@ -139,6 +139,31 @@ class StateStoreContract:
                 assert store.get(f"jobs/w{i:02d}") is None
         assert store.get("jobs/taken").document == {"n": "first"}
 
+    def test_together_reads_its_own_writes_and_returns_what_its_work_returns(self, store):
+        store.create("claims/a", {"owner": "x"})
+
+        def work(view):
+            view.create("claims/b", {"owner": "y"})
+            with pytest.raises(AlreadyExists):
+                view.create("claims/a", {"owner": "y"})  # refused; the work goes on
+            view.delete("claims/a", expected_version=1)
+            return [(v.key, v.document) for v in view.list("claims/")], view.get("claims/b").version
+
+        listed, version = store.together(work)
+
+        assert listed == [("claims/b", {"owner": "y"})] and version == 1
+        assert store.get("claims/a") is None and store.get("claims/b").document == {"owner": "y"}
+
+    def test_an_error_raised_by_togethers_work_reaches_the_caller(self, store):
+        def work(view):
+            view.create("claims/b", {"owner": "y"})
+            raise LookupError("a bug in the work")
+
+        with pytest.raises(LookupError, match="a bug in the work"):
+            store.together(work)
+        store.create("claims/c", {})  # the store goes on
+        assert store.get("claims/c").document == {}
+
     def test_list_of_a_prefix_holds_only_that_prefix(self, store):
         for key in ("jobs", "jobs-x/a", "jobs/a", "jobs/a/b", "jobsz", "job/a"):
             store.create(key, {})

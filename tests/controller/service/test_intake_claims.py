@@ -155,3 +155,18 @@ def test_jobs_racing_for_one_root_or_overlapping_roots_never_share_one(intake, s
                 assert not (root_a + "/").startswith(root_b + "/"), (root_a, root_b)
     assert {c.document["jobId"] for c in store.list(CHECKPOINT_ROOTS_PREFIX)} == accepted
     assert {r.key for r in store.list("jobs/")} == {job_key(job) for job in accepted}
+
+
+def test_a_new_job_is_claimed_and_recorded_in_one_commit_on_sqlite(intake, store):
+    """One fsync per accepted request: the claim, its neighbour check and the job's record are
+    one write of the store's group commit."""
+    commits: list[str] = []
+    store._db.set_trace_callback(lambda sql: commits.append(sql) if sql == "COMMIT" else None)
+
+    assert intake.accept(request("x", "gs://ckpt-bucket/a/b")).status == "accepted"
+
+    assert len(commits) == 1
+    assert claim_owner(store, "gs://ckpt-bucket/a/b") == "x" and store.get(job_key("x")) is not None
+    assert intake.accept(request("x", "gs://ckpt-bucket/a/b")).status == "duplicate"
+    assert intake.accept(request("y", "gs://ckpt-bucket/a")).status == "conflict"  # contains x's
+    assert claim_owner(store, "gs://ckpt-bucket/a") is None and store.get(job_key("y")) is None

@@ -43,6 +43,9 @@ class OneBadKeyStore(SqliteStateStore):
         self._maybe_fail()
         return super().get(key)
 
+    def together(self, work):
+        return work(self)  # each of its calls one by one, through the overrides here
+
     def _maybe_fail(self):
         if self.down:
             raise ConnectionError("state store unreachable")

@@ -3,9 +3,11 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 
 import pytest
 
+from controller.store import AlreadyExists
 from controller.store.sqlite import SqliteStateStore
 from tests.support.store_contract import StateStoreContract
 
@@ -69,3 +71,64 @@ def test_a_file_from_before_the_live_index_is_upgraded_when_opened(tmp_path):
 
     assert [v.key for v in store.list_live("jobs/")] == ["jobs/a"]
     assert [v.key for v in store.list("jobs/")] == ["jobs/a", "jobs/b"]
+
+
+def commits_of(store: SqliteStateStore) -> list[str]:
+    """The COMMITs the store's writing connection makes from now on (each one fsync)."""
+    seen: list[str] = []
+    store._db.set_trace_callback(lambda sql: seen.append(sql) if sql == "COMMIT" else None)
+    return seen
+
+
+def test_togethers_writes_land_in_one_commit_or_not_at_all(tmp_path):
+    store = SqliteStateStore(tmp_path / "state.db")
+    commits = commits_of(store)
+
+    def both(view):
+        view.create("claims/a", {"owner": "x"})
+        return view.create("jobs/x", {"n": 1})
+
+    assert store.together(both) == 1
+    assert len(commits) == 1
+    assert store.get("claims/a") is not None and store.get("jobs/x") is not None
+
+    def half_then_fail(view):
+        view.create("claims/b", {"owner": "y"})
+        view.create("jobs/x", {"n": 2})  # refused: AlreadyExists, not caught
+
+    with pytest.raises(AlreadyExists):
+        store.together(half_then_fail)
+    assert store.get("claims/b") is None  # undone with the work
+    assert store.get("jobs/x").document == {"n": 1}
+    store.close()
+
+
+def test_a_failing_together_undoes_only_its_own_writes_in_a_shared_commit(tmp_path):
+    """Writers that share the failing work's batch keep theirs."""
+    store = SqliteStateStore(tmp_path / "state.db")
+    barrier = threading.Barrier(9)
+    errors: list[BaseException] = []
+
+    def failing(view):
+        view.create("claims/bad", {})
+        raise RuntimeError("bug")
+
+    def writer(i: int) -> None:
+        barrier.wait()
+        try:
+            if i == 0:
+                store.together(failing)
+            else:
+                store.together(lambda view: view.create(f"jobs/w{i}", {"n": i}))
+        except RuntimeError as error:
+            errors.append(error)
+
+    threads = [threading.Thread(target=writer, args=(i,)) for i in range(9)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert [str(e) for e in errors] == ["bug"]
+    assert store.get("claims/bad") is None
+    assert [v.key for v in store.list("jobs/")] == [f"jobs/w{i}" for i in range(1, 9)]
+    store.close()
