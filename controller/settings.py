@@ -178,7 +178,8 @@ class Settings(BaseSettings):
         120.0,
         ge=0,
         description="Wait before the next attempt after a 429 quota refusal at create; the ceiling of "
-        "the backoff after stockouts before start (the first retry is at once; core/stockout.py). "
+        "the backoff after stockouts before start (the first retry is at once; core/stockout.py); "
+        "for a job with placements, how soon a refused placement it waits for is asked again. "
         "Neither spends maxFailures.",
     )
     capacity_wait_alert_seconds: float = Field(
