@@ -132,3 +132,48 @@ def test_a_failing_together_undoes_only_its_own_writes_in_a_shared_commit(tmp_pa
     assert store.get("claims/bad") is None
     assert [v.key for v in store.list("jobs/")] == [f"jobs/w{i}" for i in range(1, 9)]
     store.close()
+
+
+def test_togethers_acknowledged_by_writers_side_by_side_survive_kill_9_whole(tmp_path):
+    """Eight threads each record pairs of documents with `together` (as the intake records a
+    claim and its job), sharing the group commit; killed with SIGKILL mid-stream: every pair a
+    writer reported is there, and no pair is there in half (a pair lands whole or not at all)."""
+    db = tmp_path / "state.db"
+    writer = textwrap.dedent(f"""
+        import threading
+        from controller.store.sqlite import SqliteStateStore
+        store = SqliteStateStore({str(db)!r})
+        out = threading.Lock()
+
+        def record(thread):
+            for n in range(100000):
+                def pair(ops, n=n):
+                    ops.create(f"claims/t{{thread}}-{{n}}", {{"n": n}})
+                    return ops.create(f"jobs/t{{thread}}-{{n}}", {{"n": n}})
+                store.together(pair)
+                with out:
+                    print(thread, n, flush=True)
+
+        for thread in range(8):
+            threading.Thread(target=record, args=(thread,), daemon=True).start()
+        threading.Event().wait()
+    """)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", writer], stdout=subprocess.PIPE, text=True, cwd=os.getcwd()
+    )
+    acknowledged: set[str] = set()
+    for line in proc.stdout:
+        thread, n = line.split()
+        acknowledged.add(f"t{thread}-{n}")
+        if len(acknowledged) >= 400:
+            break
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+
+    assert len(acknowledged) >= 400, "the writer stopped before it was killed"
+    store = SqliteStateStore(db)
+    claims = {v.key.removeprefix("claims/") for v in store.list("claims/")}
+    jobs = {v.key.removeprefix("jobs/") for v in store.list("jobs/")}
+    store.close()
+    assert acknowledged <= jobs, sorted(acknowledged - jobs)[:5]
+    assert claims == jobs, (sorted(claims - jobs)[:5], sorted(jobs - claims)[:5])
