@@ -126,8 +126,7 @@ class SqliteStateStore:
     def get(self, key: str) -> Versioned | None:
         check_key(key)
         with self._read_lock:
-            row = self._reader.execute("SELECT body, version FROM documents WHERE key = ?", (key,)).fetchone()
-        return Versioned(key, json.loads(row[0]), row[1]) if row else None
+            return _get(self._reader, key)
 
     # -- group commit ------------------------------------------------------------------------
     def _write(self, run: Callable[[sqlite3.Connection], Any]) -> Any:
@@ -258,14 +257,8 @@ class SqliteStateStore:
         return self._select(prefix, "live = 1 AND ")
 
     def _select(self, prefix: str, condition: str) -> Iterator[Versioned]:
-        # A key range, not LIKE, so that the primary key's index is used: a prefix listing costs
-        # what it returns, not a scan of every document (the intake lists on every request).
-        # Every key character sorts below DEL (0x7f), so prefix + DEL bounds the prefix.
         with self._read_lock:
-            rows = self._reader.execute(
-                f"SELECT key, body, version FROM documents WHERE {condition}key >= ? AND key < ? ORDER BY key",
-                (prefix, prefix + "\x7f"),
-            ).fetchall()
+            rows = _rows(self._reader, prefix, condition)
         for key, body, version in rows:
             yield Versioned(key, json.loads(body), version)
 
@@ -310,14 +303,10 @@ class _InBatch:
 
     def get(self, key: str) -> Versioned | None:
         check_key(key)
-        row = self._db.execute("SELECT body, version FROM documents WHERE key = ?", (key,)).fetchone()
-        return Versioned(key, json.loads(row[0]), row[1]) if row else None
+        return _get(self._db, key)
 
     def list(self, prefix: str = "") -> Iterator[Versioned]:
-        rows = self._db.execute(
-            "SELECT key, body, version FROM documents WHERE key >= ? AND key < ? ORDER BY key",
-            (prefix, prefix + "\x7f"),
-        ).fetchall()
+        rows = _rows(self._db, prefix, "")
         return (Versioned(key, json.loads(body), version) for key, body, version in rows)
 
     def create(self, key: str, document: dict[str, Any], *, fence: int = 0) -> int:
@@ -328,6 +317,21 @@ class _InBatch:
     def delete(self, key: str, *, expected_version: int) -> None:
         check_key(key)
         _remove(self._db, key, expected_version)
+
+
+def _get(db: sqlite3.Connection, key: str) -> Versioned | None:
+    row = db.execute("SELECT body, version FROM documents WHERE key = ?", (key,)).fetchone()
+    return Versioned(key, json.loads(row[0]), row[1]) if row else None
+
+
+def _rows(db: sqlite3.Connection, prefix: str, condition: str) -> list[tuple[str, str, int]]:
+    # A key range, not LIKE, so that the primary key's index is used: a prefix listing costs
+    # what it returns, not a scan of every document (the intake lists on every request).
+    # Every key character sorts below DEL (0x7f), so prefix + DEL bounds the prefix.
+    return db.execute(
+        f"SELECT key, body, version FROM documents WHERE {condition}key >= ? AND key < ? ORDER BY key",
+        (prefix, prefix + "\x7f"),
+    ).fetchall()
 
 
 def _remove(db: sqlite3.Connection, key: str, expected_version: int) -> None:
