@@ -96,7 +96,12 @@ class Settings(BaseSettings):
     create_subscriptions: bool = Field(
         False, description="Create missing topics/subscriptions at start (devstack and first runs)."
     )
-    max_outstanding_messages: int = Field(32, ge=1, description="Flow control for each subscription.")
+    max_outstanding_messages: int = Field(
+        128,
+        ge=1,
+        description="Flow control for each subscription: messages held at once, each with a callback "
+        "thread of its own. More requests in flight share SQLite's commits (larger batches).",
+    )
 
     # State.
     state_store: Annotated[str, AfterValidator(_store_url)] = Field(

@@ -51,8 +51,9 @@ T = TypeVar("T")
 
 # Connections kept open to Cloud Storage: the queue's workers and the subscriber's callbacks call
 # at once, and with requests' default pool (10) every call beyond it opens a connection and
-# throws it away afterwards ("Connection pool is full").
-POOL_CONNECTIONS = 64
+# throws it away afterwards ("Connection pool is full"). Room for the request subscription's
+# callbacks at the default RELAUNCH_MAX_OUTSTANDING_MESSAGES (128), the workers and the lease.
+POOL_CONNECTIONS = 192
 
 
 def make_client(project: str | None = None) -> Any:

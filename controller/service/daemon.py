@@ -212,14 +212,15 @@ class Controller(HttpFacade):
                 self._intake_paused = True
                 self._wakeup.set()
             return
-        log.info(
-            "request handled",
-            job_id=result.job_id,
-            attempt=None,
-            status=result.status,
-            reason=result.reason,
-            message_id=message.message_id,
-        )
+        if result.status != "accepted":  # an accepted one's line is the intake's "job accepted"
+            log.info(
+                "request handled",
+                job_id=result.job_id,
+                attempt=None,
+                status=result.status,
+                reason=result.reason,
+                message_id=message.message_id,
+            )
         message.ack()
 
     @property

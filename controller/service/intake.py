@@ -107,7 +107,11 @@ class Intake:
         self.metrics = metrics
         self._dead_letter = dead_letter
 
-    def accept(self, data: bytes, attributes: dict[str, str] | None = None) -> IntakeResult:
+    def accept(
+        self, data: bytes, attributes: dict[str, str] | None = None, *, message_id: str | None = None
+    ) -> IntakeResult:
+        """`message_id`: the delivery's, named in the "job accepted" line (for a Pub/Sub
+        delivery, that line is the one its callback leaves: see daemon.Controller._on_request)."""
         settings = self.settings
         try:
             request = parse_request(
@@ -161,7 +165,7 @@ class Intake:
                 raise AlreadyExists(key)
             return self._known_job(data, request, fingerprint, existing, release=True)
         self._remember(request)
-        log.info("job accepted", job_id=request.job_id, attempt=0)
+        log.info("job accepted", job_id=request.job_id, attempt=0, message_id=message_id)
         # Its reconcile submits attempt 1 (or cancels it), starting from this record.
         self._enqueue_created(request.job_id, Versioned(key, document, outcome))
         return IntakeResult("accepted", request.job_id, "accepted")

@@ -81,7 +81,7 @@ class IntakeGuard:
         delivery = delivery or Delivery()
         key = _message_key(data, delivery)
         try:
-            result = self._intake.accept(data, attributes)
+            result = self._intake.accept(data, attributes, message_id=delivery.message_id)
         except Exception as error:
             if not self._store_answers():
                 log.warning("request intake failed with the state store", error=repr(error))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from structlog.testing import capture_logs
 
 from controller.service.alerts import AlertSink
 from controller.service.http import decode_push_envelope
@@ -105,6 +106,16 @@ def test_requests_around_a_failing_one_are_accepted_meanwhile(parts):
         guard.accept(request(POISON), {}, Delivery("m-1", None))
     assert guard.accept(request("fine-1"), {}, Delivery("m-2", None)).status == "accepted"
     assert store.get(job_key("fine-1")) is not None
+
+
+def test_an_accepted_delivery_is_logged_once_with_its_message_id(parts):
+    """The intake's "job accepted" line is the delivery's one line: it names the job and the
+    Pub/Sub message, so the callback adds no "request handled" line of its own for it."""
+    guard, *_ = parts
+    with capture_logs() as lines:
+        assert guard.accept(request("fine-1"), {}, Delivery("m-7", None)).status == "accepted"
+    [accepted] = [line for line in lines if line["event"] == "job accepted"]
+    assert (accepted["job_id"], accepted["message_id"]) == ("fine-1", "m-7")
 
 
 def test_pubsubs_delivery_attempt_counts_the_failures_other_instances_saw(parts):
