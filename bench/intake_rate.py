@@ -8,7 +8,7 @@ store). At the end the store is read back to check that every request has its re
 The create quota is set to 1 per minute so that the intake, not the Vertex stand-in running
 replicas, is what is measured.
 
-    .venv/bin/python bench/intake_rate.py [--counts 500 2000 10000] [--stores sqlite gcs]
+    .venv/bin/python bench/intake_rate.py [--counts 500 2000 10000] [--stores sqlite gcs] [--controller-tree DIR]
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def accepted_times(log_path: Path) -> list[float]:
     return times
 
 
-def run_once(count: int, store_kind: str, workdir: Path) -> dict:
+def run_once(count: int, store_kind: str, workdir: Path, controller_tree: Path = ROOT) -> dict:
     from google.auth.credentials import AnonymousCredentials
     from google.cloud import pubsub_v1, storage
 
@@ -97,7 +97,7 @@ def run_once(count: int, store_kind: str, workdir: Path) -> dict:
         env={**os.environ, "PORT": str(18500 + os.getpid() % 1000), "PYTHONUNBUFFERED": "1"},
         stdout=open(log_path, "wb"),
         stderr=subprocess.STDOUT,
-        cwd=ROOT,
+        cwd=controller_tree,  # `python -m` imports the controller from its working directory
     )
     started = time.time()
     try:
@@ -144,12 +144,19 @@ def main() -> int:
     )
     parser.add_argument("--counts", type=int, nargs="+", default=[500, 2000, 10000])
     parser.add_argument("--stores", nargs="+", default=["sqlite", "gcs"], choices=["sqlite", "gcs"])
+    parser.add_argument(
+        "--controller-tree",
+        type=Path,
+        default=ROOT,
+        help="run the controller of another checkout (e.g. a worktree of an older commit) against this "
+        "tree's stand-ins, so that a comparison measures the controllers alone",
+    )
     args = parser.parse_args()
     rows = []
     for store_kind in args.stores:
         for count in args.counts:
             workdir = Path(tempfile.mkdtemp(prefix="relaunch-intake-"))
-            row = run_once(count, store_kind, workdir)
+            row = run_once(count, store_kind, workdir, args.controller_tree.resolve())
             rows.append(row)
             print(
                 f"{store_kind:6} {count:6d} requests: {row['rate']:7.1f} req/s accepted durably "
