@@ -109,14 +109,41 @@ class Setting:
 
 @dataclass(frozen=True)
 class Environment:
-    """Per (replication, attempt): reclaim lifetime, whether the emergency save commits, stockout wait."""
+    """Per (replication, attempt): reclaim lifetime, whether the emergency save commits, stockout wait.
+
+    The arrays hold the first attempts of every replication: all of them, unless `attempts` says
+    more were drawn; then `rows` gives a replication's whole row, drawn again from the generator's
+    state at its start (a few fixed intervals far from the best need millions of attempts where
+    reclaims are frequent, more than fit in memory for every replication at once)."""
 
     lifetimes: np.ndarray
     saved: np.ndarray
     waits: np.ndarray
+    attempts: int = 0  # attempts drawn per replication; 0: the arrays' width
+    rows: Callable[[int], tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None
+
+    @property
+    def drawn(self) -> int:
+        return self.attempts or self.lifetimes.shape[1]
+
+    def row(self, replication: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Lifetimes, saves and waits of every attempt drawn for one replication."""
+        if self.rows is None:
+            return self.lifetimes[replication], self.saved[replication], self.waits[replication]
+        return self.rows(replication)
+
+
+# Above this many (replication, attempt) cells an environment keeps only its first HEAD_ATTEMPTS
+# attempts per replication in memory. The draws are the same either way: numpy's generator fills
+# an array element by element, so drawing a (replications, attempts) array row by row, from the
+# state each row starts at, gives the same numbers.
+STREAM_CELLS = 1 << 24
+HEAD_ATTEMPTS = 1 << 14
 
 
 def make_environment(setting: Setting, replications: int, seed: int, attempts: int) -> Environment:
+    if replications * attempts > STREAM_CELLS and setting.process != "bursty":
+        return _streamed_environment(setting, replications, seed, attempts)
     rng = np.random.default_rng(seed)
     shape = (replications, attempts)
     m = setting.mtbf
@@ -152,6 +179,68 @@ def make_environment(setting: Setting, replications: int, seed: int, attempts: i
     return Environment(lifetimes=lifetimes, saved=saved, waits=waits)
 
 
+Draw = Callable[[np.random.Generator, int], np.ndarray]
+
+
+def _streamed_environment(setting: Setting, replications: int, seed: int, attempts: int) -> Environment:
+    """`make_environment`'s draws, in its order, a row at a time: the first HEAD_ATTEMPTS of each
+    row kept, and the generator's state at each row's start, to draw the whole row again."""
+    m = setting.mtbf
+    if setting.process not in ("none", "poisson", "phased") and not setting.process.startswith("weibull"):
+        raise ValueError(f"no streamed draws for process {setting.process}")
+
+    def life(g: np.random.Generator, n: int) -> np.ndarray:
+        if setting.process == "poisson":
+            return g.exponential(m, n)
+        if setting.process == "phased":
+            return g.exponential(1.0, n)
+        k = float(setting.process.removeprefix("weibull"))
+        return g.weibull(k, n) * (m / math.gamma(1.0 + 1.0 / k))
+
+    def uniform(g: np.random.Generator, n: int) -> np.ndarray:
+        return g.random(n)
+
+    def wait(g: np.random.Generator, n: int) -> np.ndarray:
+        return g.exponential(setting.stockout_mean, n)
+
+    # In make_environment's order: lifetimes (none drawn for "none"), saves, stockout or not, waits.
+    draws: list[Draw | None] = [None if setting.process == "none" else life, uniform, uniform, wait]
+    rng = np.random.default_rng(seed)
+    head = min(attempts, HEAD_ATTEMPTS)
+    states: list[list[dict[str, Any]]] = []
+    heads: list[np.ndarray | None] = []
+    for draw in draws:
+        starts, kept = [], np.empty((replications, head))
+        if draw is not None:
+            for i in range(replications):
+                starts.append(rng.bit_generator.state)
+                kept[i] = draw(rng, attempts)[:head]
+        states.append(starts)
+        heads.append(kept if draw is not None else None)
+
+    def compose(
+        life_row: np.ndarray | None, saved_u: np.ndarray, stockout_u: np.ndarray, wait_s: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        lifetimes = np.full(saved_u.shape, 1e18) if life_row is None else life_row
+        waits = np.where(stockout_u < setting.stockout_prob, wait_s, 0.0)
+        waits[..., 0] = 0.0
+        return lifetimes, saved_u < setting.save_success, waits
+
+    def rows(replication: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        drawn: list[np.ndarray | None] = []
+        for draw, starts in zip(draws, states):
+            if draw is None:
+                drawn.append(None)
+                continue
+            g = np.random.Generator(np.random.PCG64())
+            g.bit_generator.state = starts[replication]
+            drawn.append(draw(g, attempts))
+        return compose(*drawn)  # type: ignore[arg-type]
+
+    lifetimes, saved, waits = compose(*heads)  # type: ignore[arg-type]
+    return Environment(lifetimes=lifetimes, saved=saved, waits=waits, attempts=attempts, rows=rows)
+
+
 # (the lane's estimate, the wall-clock seconds since the job began) -> the next attempt's interval
 Policy = Callable[[RateEstimate, float], float]
 
@@ -181,6 +270,19 @@ class AttemptResult:
     on_machine: Any  # seconds the attempt held its machines
 
 
+def kept_work(tau: Any, life: Any, saved: Any, c: float, w_commit: float, r: float) -> tuple[Any, Any, Any]:
+    """What an attempt that does not finish the job keeps: (seconds of training after the restart,
+    checkpoint cycles completed, seconds of work kept). `run_attempts`' arithmetic, which does not
+    depend on the work remaining."""
+    working = np.maximum(life - r, 0.0)
+    cycle = tau + c
+    full = np.floor(working / cycle)
+    computed = full * tau + np.minimum(working - full * cycle, tau)
+    committed_cycles = np.where(working >= w_commit, np.floor((working - w_commit) / cycle), 0.0)
+    gained = np.where(saved, computed, committed_cycles * tau)
+    return working, full, gained
+
+
 def run_attempts(
     remaining: Any, tau: Any, life: Any, saved: Any, c: float, w_commit: float, r: float
 ) -> AttemptResult:
@@ -192,13 +294,8 @@ def run_attempts(
     # remaining work plus a stall after every full interval except at the very end.
     ckpts_to_finish = np.ceil(remaining / tau) - 1.0
     finish = remaining + c * ckpts_to_finish
-    working = np.maximum(life - r, 0.0)
+    working, full, gained = kept_work(tau, life, saved, c, w_commit, r)
     finishes = finish <= working
-    cycle = tau + c
-    full = np.floor(working / cycle)
-    computed = full * tau + np.minimum(working - full * cycle, tau)
-    committed_cycles = np.where(working >= w_commit, np.floor((working - w_commit) / cycle), 0.0)
-    gained = np.where(saved, computed, committed_cycles * tau)
     on_machine = np.where(finishes, r + finish, life)
     return AttemptResult(finish, working, finishes, full, ckpts_to_finish, gained, on_machine)
 
@@ -216,6 +313,16 @@ class Outcome:
     taus: list[list[float]]  # per policy lane, the interval of each attempt (empty for fixed lanes)
 
 
+@dataclass
+class _Lanes:
+    """Where every lane stands: committed work, wall-clock seconds, attempts made, checkpoints."""
+
+    progress: np.ndarray
+    wall: np.ndarray
+    attempt: np.ndarray
+    checkpoints: np.ndarray
+
+
 def simulate(
     setting: Setting,
     env: Environment,
@@ -227,36 +334,67 @@ def simulate(
 ) -> Outcome:
     """Run every lane (one replication under one policy) to the end of the job.
 
-    Lanes are advanced one attempt at a time, all together. `fixed_tau[lane]` is the lane's
-    interval; lanes listed in `policies` instead ask their policy for it before each attempt,
-    passing the estimate built from the endings that lane has seen (from `prior`, or the lane's
-    own in `lane_priors`).
+    `fixed_tau[lane]` is the lane's interval; lanes listed in `policies` instead ask their policy
+    for it before each attempt, passing the estimate built from the endings that lane has seen
+    (from `prior`, or the lane's own in `lane_priors`). Lanes are independent of each other: the
+    fixed ones run first, many attempts at a time (`_run_fixed`), so that one needing more
+    attempts than were drawn raises OutOfAttempts before the policies' choices are made; the
+    policy lanes then advance one attempt at a time, all together.
     """
     policies = policies or {}
     lanes = len(lane_rep)
+    state = _Lanes(
+        progress=np.zeros(lanes),  # committed work, seconds
+        wall=np.zeros(lanes),
+        attempt=np.zeros(lanes, dtype=np.int64),
+        checkpoints=np.zeros(lanes, dtype=np.int64),
+    )
+    tau = fixed_tau.astype(float).copy()
+    is_policy = np.zeros(lanes, dtype=bool)
+    is_policy[list(policies)] = True
+    _run_fixed(setting, env, lane_rep, tau, np.flatnonzero(~is_policy), state)
+    taus = _run_policies(setting, env, lane_rep, tau, policies, prior, lane_priors or {}, state)
+    return Outcome(
+        goodput=setting.work_seconds / state.wall,
+        wall=state.wall,
+        attempts=state.attempt,
+        checkpoints=state.checkpoints,
+        taus=[taus.get(lane, []) for lane in range(lanes)],
+    )
+
+
+def _run_policies(
+    setting: Setting,
+    env: Environment,
+    lane_rep: np.ndarray,
+    tau: np.ndarray,
+    policies: dict[int, Policy],
+    prior: RateEstimate,
+    lane_priors: dict[int, RateEstimate],
+    state: _Lanes,
+) -> dict[int, list[float]]:
+    """The policy lanes, one attempt at a time, all together (each asks its policy first)."""
     c, w_commit, r = setting.checkpoint_cost, setting.write_seconds, setting.restart_cost
     work = setting.work_seconds
-    progress = np.zeros(lanes)  # committed work, seconds
-    wall = np.zeros(lanes)
-    attempt = np.zeros(lanes, dtype=np.int64)
-    checkpoints = np.zeros(lanes, dtype=np.int64)
-    done = np.zeros(lanes, dtype=bool)
-    tau = fixed_tau.astype(float).copy()
-    estimates = {lane: (lane_priors or {}).get(lane, prior) for lane in policies}
+    progress, wall, attempt, checkpoints = state.progress, state.wall, state.attempt, state.checkpoints
+    done = np.ones(len(lane_rep), dtype=bool)
+    done[list(policies)] = False
+    estimates = {lane: lane_priors.get(lane, prior) for lane in policies}
     taus: dict[int, list[float]] = {lane: [] for lane in policies}
-    max_attempts = env.lifetimes.shape[1]
+    max_attempts, kept = env.drawn, env.lifetimes.shape[1]
     policy_lanes = np.array(sorted(policies), dtype=np.int64)
-    position = np.full(lanes, -1, dtype=np.int64)  # of each lane within `active`
+    position = np.full(len(lane_rep), -1, dtype=np.int64)  # of each lane within `active`
     while not done.all():
         active = np.flatnonzero(~done)
         if attempt[active].max() >= max_attempts:
             raise OutOfAttempts(max_attempts)
+        if attempt[active].max() >= kept:
+            raise RuntimeError(f"a policy lane needs more than the {kept} attempts an environment keeps")
         asking = policy_lanes[~done[policy_lanes]]
-        if len(asking):
-            chosen = [policies[lane](estimates[lane], float(wall[lane])) for lane in asking.tolist()]
-            tau[asking] = chosen
-            for lane, value in zip(asking.tolist(), chosen):
-                taus[lane].append(value)
+        chosen = [policies[lane](estimates[lane], float(wall[lane])) for lane in asking.tolist()]
+        tau[asking] = chosen
+        for lane, value in zip(asking.tolist(), chosen):
+            taus[lane].append(value)
         reps, idx = lane_rep[active], attempt[active]
         life = env.lifetimes[reps, idx]
         saved = env.saved[reps, idx]
@@ -271,35 +409,152 @@ def simulate(
         progress[active] = np.where(finishes, work, progress[active] + gained)
         attempt[active] += 1
         done[active[finishes]] = True
-        if len(asking):
-            # As the controller sees it: exposure is training time (after the restart), an ending
-            # before training resumed loses nothing and teaches nothing.
-            position[active] = np.arange(len(active))
-            at = position[asking]
-            rows = zip(
-                asking.tolist(),
-                finishes[at].tolist(),
-                finish[at].tolist(),
-                working[at].tolist(),
-                saved[at].tolist(),
-            )
-            for lane, finished, finish_s, working_s, was_saved in rows:
-                if finished:
-                    kind, trained = EndingKind.SUCCEEDED, finish_s
-                elif working_s <= 0.0:
-                    kind, trained = EndingKind.BEFORE_TRAINING, 0.0
-                elif was_saved:
-                    kind, trained = EndingKind.RECLAIM_SAVED, working_s
-                else:
-                    kind, trained = EndingKind.RECLAIM_UNSAVED, working_s
-                estimates[lane] = estimates[lane].observe(kind, trained)
-    return Outcome(
-        goodput=work / wall,
-        wall=wall,
-        attempts=attempt,
-        checkpoints=checkpoints,
-        taus=[taus.get(lane, []) for lane in range(lanes)],
+        # As the controller sees it: exposure is training time (after the restart), an ending
+        # before training resumed loses nothing and teaches nothing.
+        position[active] = np.arange(len(active))
+        at = position[asking]
+        rows = zip(
+            asking.tolist(),
+            finishes[at].tolist(),
+            finish[at].tolist(),
+            working[at].tolist(),
+            saved[at].tolist(),
+        )
+        for lane, finished, finish_s, working_s, was_saved in rows:
+            if finished:
+                kind, trained = EndingKind.SUCCEEDED, finish_s
+            elif working_s <= 0.0:
+                kind, trained = EndingKind.BEFORE_TRAINING, 0.0
+            elif was_saved:
+                kind, trained = EndingKind.RECLAIM_SAVED, working_s
+            else:
+                kind, trained = EndingKind.RECLAIM_UNSAVED, working_s
+            estimates[lane] = estimates[lane].observe(kind, trained)
+    return taus
+
+
+# Cells (lanes x attempts) a step of the fixed lanes works on at most.
+_FIXED_CELLS = 1 << 20
+
+
+def _run_fixed(
+    setting: Setting,
+    env: Environment,
+    lane_rep: np.ndarray,
+    tau: np.ndarray,
+    lanes: np.ndarray,
+    state: _Lanes,
+) -> None:
+    """The fixed-interval lanes to the end of the job, on the attempts kept in memory, then each
+    replication's remaining lanes on its whole row; OutOfAttempts if one needs more than were drawn."""
+    source = (env.lifetimes, env.saved, env.waits)
+    left = _advance(setting, source, lanes, lane_rep[lanes], env.lifetimes.shape[1], tau, state)
+    if not len(left):
+        return
+    if env.lifetimes.shape[1] >= env.drawn:
+        raise OutOfAttempts(env.drawn)
+    for rep in np.unique(lane_rep[left]).tolist():
+        these = left[lane_rep[left] == rep]
+        row = tuple(part[None, :] for part in env.row(rep))
+        rest = _advance(setting, row, these, np.zeros(len(these), dtype=np.int64), env.drawn, tau, state)  # type: ignore[arg-type]
+        if len(rest):
+            raise OutOfAttempts(env.drawn)
+
+
+def _advance(
+    setting: Setting,
+    source: tuple[np.ndarray, np.ndarray, np.ndarray],
+    lanes: np.ndarray,
+    rows: np.ndarray,
+    limit: int,
+    tau: np.ndarray,
+    state: _Lanes,
+) -> np.ndarray:
+    """Advance fixed lanes (reading row `rows[i]` of `source` for `lanes[i]`) until each finishes
+    or has made `limit` attempts; returns those left unfinished at the limit.
+
+    A lane's attempts depend on each other only through the work committed before each (whether
+    it finishes) and the wall clock at its start (the phased process's lifetimes): the work each
+    keeps, if it does not finish, does not depend on either. So while a lane's lifetimes do not
+    depend on its start (any process but "phased"; "phased" once its wall clock is past the
+    change), a chunk of its attempts is computed at once: the work kept by each, the running sums
+    of committed work and wall clock (np.cumsum adds in order, the same additions as one attempt at
+    a time), and the first attempt that finishes. Every figure is the one the attempt-at-a-time
+    loop computes, bit for bit."""
+    phased = setting.process == "phased"
+    done = np.zeros(len(lanes), dtype=bool)
+    left = []
+    chunk = 8
+    while True:
+        at_limit = ~done & (state.attempt[lanes] >= limit)
+        if at_limit.any():
+            left.append(lanes[at_limit])
+            done |= at_limit
+        going = np.flatnonzero(~done)
+        if not len(going):
+            break
+        # A phased lane whose next attempt may start before the change: one attempt at a time.
+        steady = state.wall[lanes[going]] >= setting.change_at if phased else np.ones(len(going), dtype=bool)
+        for group, size in ((going[steady], chunk), (going[~steady], 1)):
+            if len(group):
+                done[group] = _attempts(setting, source, lanes[group], rows[group], size, limit, tau, state)
+        chunk = min(2 * chunk, max(8, _FIXED_CELLS // len(going)))
+    return np.concatenate(left) if left else np.zeros(0, dtype=np.int64)
+
+
+def _attempts(
+    setting: Setting,
+    source: tuple[np.ndarray, np.ndarray, np.ndarray],
+    lanes: np.ndarray,
+    rows: np.ndarray,
+    size: int,
+    limit: int,
+    tau: np.ndarray,
+    state: _Lanes,
+) -> np.ndarray:
+    """Up to `size` attempts of each lane (fewer at `limit` or when it finishes); which finished."""
+    c, w_commit, r = setting.checkpoint_cost, setting.write_seconds, setting.restart_cost
+    work = setting.work_seconds
+    first = state.attempt[lanes]
+    size = int(min(size, limit - first.min()))
+    cols = first[:, None] + np.arange(size)
+    available = cols < limit
+    cols = np.minimum(cols, limit - 1)
+    at = rows[:, None]
+    unit, saved, waits = source[0][at, cols], source[1][at, cols], source[2][at, cols]
+    t = tau[lanes][:, None]
+    wall, progress = state.wall[lanes], state.progress[lanes]
+    # The first attempt's start exactly; the later ones start later, which changes nothing once
+    # past the change (only steady lanes take more than one attempt here).
+    life = (
+        phased_lifetimes(setting, unit, (wall + waits[:, 0])[:, None])
+        if setting.process == "phased"
+        else unit
     )
+    working, full, gained = kept_work(t, life, saved, c, w_commit, r)
+    # Committed work before each attempt (and after the last).
+    before = np.cumsum(np.concatenate([progress[:, None], gained], axis=1), axis=1)
+    remaining = work - before[:, :size]
+    ckpts_to_finish = np.ceil(remaining / t) - 1.0
+    finish = remaining + c * ckpts_to_finish
+    finishes = (finish <= working) & available
+    finished = finishes.any(axis=1)
+    taken = np.where(finished, finishes.argmax(axis=1) + 1, available.sum(axis=1))
+    on_machine = np.where(finishes, r + finish, life)
+    # Wall clock: the wait, then the time on the machines, attempt after attempt.
+    clock = np.empty((len(lanes), 2 * size + 1))
+    clock[:, 0] = wall
+    clock[:, 1::2] = waits
+    clock[:, 2::2] = on_machine
+    clock = np.cumsum(clock, axis=1)
+    index = np.arange(len(lanes))
+    counted = np.arange(size) < taken[:, None]
+    stalls = np.where(counted, np.where(finishes, ckpts_to_finish, full), 0.0)
+    state.checkpoints[lanes] += stalls.astype(np.int64).sum(axis=1)
+    state.wall[lanes] = clock[index, 2 * taken]
+    state.progress[lanes] = np.where(finished, work, before[index, taken])
+    state.attempt[lanes] += taken
+    return finished
 
 
 def adaptive_policy(setting: Setting) -> Policy:

@@ -170,8 +170,22 @@ PRIOR_FLOOR_ALPHA = 0.125
 # seed 9400) the rise went from 96.1 % (8 replications) to 97.5 % (16, se 0.55) of the per-phase
 # oracle; on goodput_sim's bursty rows (bursts are changes too) it costs a few tenths of a point
 # (bench/README.md). math.inf turns it off.
+# A fall in the rate must clear CHANGE_DROP_EXTRA_NATS more: the two mistakes cost differently.
+# Reading a busy class as calm lengthens the interval, and every attempt until the estimate
+# recovers loses up to all its work; reading a calm class as busy costs extra stalls. And the
+# evidence for a fall usually rests on one long attempt, a single exponential draw: at 4 nats,
+# one attempt lasting about 7 times the mean restarted a busy class's estimate (one attempt in
+# ~1,000 where the old rate is read exactly, more often where noise reads it high; in
+# rate_change_sim's busy phase the interval then jumped from about 35 min to 3 h for a few
+# attempts). At 8 nats it takes ~11.4 times the mean (one in ~90,000). A real 30-fold fall still
+# shows at once: an attempt that long outweighs the faded evidence before it (forgetting).
+# On rate_change_sim the rise rows gained 0.2-0.9 point of the oracle's goodput where this was
+# tuned (24 replications, seed 9800, C = 300 and 900 s) and 0.1-0.9 on a fresh seed (96, 12000,
+# every row); the mirror (calm after busy) rows moved by -0.3 to +0.4 point, and goodput_sim's
+# grid (fresh seed 31000) gained up to 1.3 points and lost at most 0.04 (bench/README.md).
 CHANGE_WINDOW = 16
 CHANGE_THRESHOLD_NATS = 4.0
+CHANGE_DROP_EXTRA_NATS = 4.0
 
 
 # --- capacity classes and the estimate ----------------------------------------------------------
@@ -387,6 +401,8 @@ class RateEstimate:
             # Half an ending of slack: an old stretch with none is not a rate of zero.
             rate, recent = (max(before_endings, 0.0) + 0.5) / before_exposure, endings / exposure
             nats = (endings * math.log(recent / rate) if endings else 0.0) - (recent - rate) * exposure
+            if recent < rate:  # a fall: see CHANGE_DROP_EXTRA_NATS
+                nats -= CHANGE_DROP_EXTRA_NATS
             if nats > best:
                 best, split = nats, m
         if not split:

@@ -91,3 +91,76 @@ def test_a_saved_reclaim_keeps_everything_and_restarts_and_waits_are_paid_each_t
     last = s.work_seconds - (attempts - 1) * kept
     last_wall = 300.0 + last + 60.0 * (math.ceil(last / HOUR) - 1)
     assert out.wall[0] == pytest.approx(attempts * 600.0 + (attempts - 1) * life + last_wall)
+
+
+def _one_at_a_time(interval):
+    """A policy that always answers `interval`: its lanes run the attempt-at-a-time loop."""
+    return lambda _estimate, _wall: interval
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        dict(process="poisson", mtbf=2 * HOUR, save_success=0.5, write_seconds=120.0),
+        dict(process="weibull1.5", mtbf=3 * HOUR, restart_cost=300.0, stockout_prob=0.3, stockout_mean=900.0),
+        # Calm, then reclaimed every 30 min from 5 h of wall time: the fixed lanes cross the change.
+        dict(process="phased", mtbf=10 * HOUR, mtbf_after=HOUR / 2, change_at=5 * HOUR, restart_cost=120.0),
+        dict(process="phased", mtbf=HOUR / 2, mtbf_after=10 * HOUR, change_at=5 * HOUR, stockout_prob=0.5),
+    ],
+)
+def test_fixed_lanes_taken_many_attempts_at_a_time_end_exactly_as_one_attempt_at_a_time(overrides):
+    # The same intervals, once as fixed lanes (chunks of attempts) and once as policy lanes that
+    # always answer them (one attempt at a time): every figure equal, not just close. Intervals
+    # from far too short to far too long, so some lanes need many attempts.
+    s = setting(work_seconds=40 * HOUR, **overrides)
+    taus = [60.0, 600.0, 1800.0, HOUR, 2 * HOUR]
+    env = sim.make_environment(s, replications=3, seed=5, attempts=20000)
+    lane_rep = np.repeat(np.arange(3), 2 * len(taus))
+    fixed_tau = np.tile(np.concatenate([taus, np.full(len(taus), np.nan)]), 3)
+    policies = {
+        rep * 2 * len(taus) + len(taus) + k: _one_at_a_time(tau)
+        for rep in range(3)
+        for k, tau in enumerate(taus)
+    }
+    out = sim.simulate(s, env, lane_rep, fixed_tau, policies)
+    fixed = np.flatnonzero(~np.isnan(fixed_tau))
+    stepped = np.flatnonzero(np.isnan(fixed_tau))
+    assert out.attempts[fixed].max() > 16  # chunks of 8, then of 16
+    for name in ("goodput", "wall", "attempts", "checkpoints"):
+        assert np.array_equal(getattr(out, name)[fixed], getattr(out, name)[stepped]), name
+
+
+def test_an_environment_too_large_to_keep_draws_the_same_numbers_row_by_row(monkeypatch):
+    s = setting(
+        process="phased",
+        mtbf=10 * HOUR,
+        mtbf_after=HOUR,
+        change_at=5 * HOUR,
+        save_success=0.5,
+        stockout_prob=0.3,
+        stockout_mean=900.0,
+    )
+    whole = sim.make_environment(s, replications=4, seed=11, attempts=500)
+    monkeypatch.setattr(sim, "STREAM_CELLS", 100)
+    monkeypatch.setattr(sim, "HEAD_ATTEMPTS", 16)
+    streamed = sim.make_environment(s, replications=4, seed=11, attempts=500)
+    assert streamed.lifetimes.shape == (4, 16) and streamed.drawn == 500
+    for rep in range(4):
+        for kept, full in zip(streamed.row(rep), whole.row(rep)):
+            assert np.array_equal(kept, full)
+    assert np.array_equal(streamed.lifetimes, whole.lifetimes[:, :16])
+    assert np.array_equal(streamed.waits, whole.waits[:, :16])
+    # And a simulation on it runs its fixed lanes past the kept attempts to the same ends.
+    taus = np.array([300.0, 3 * HOUR, 9 * HOUR])
+    lane_rep = np.repeat(np.arange(4), len(taus))
+    a = sim.simulate(s, whole, lane_rep, np.tile(taus, 4))
+    b = sim.simulate(s, streamed, lane_rep, np.tile(taus, 4))
+    assert a.attempts.max() > 16
+    assert np.array_equal(a.wall, b.wall) and np.array_equal(a.attempts, b.attempts)
+
+
+def test_a_lane_that_needs_more_attempts_than_were_drawn_says_so():
+    s = setting(process="poisson", mtbf=HOUR / 4)
+    env = sim.make_environment(s, replications=1, seed=3, attempts=20)
+    with pytest.raises(sim.OutOfAttempts):
+        sim.simulate(s, env, np.zeros(1, dtype=np.int64), np.array([6 * HOUR]))

@@ -458,3 +458,19 @@ def test_a_batch_of_endings_fades_with_its_exposure():
     batch = SPOT_PRIOR.update(200, 200 * 3 * HOUR)
     assert batch.recent_endings / batch.recent_exposure == pytest.approx(1 / (3 * HOUR), rel=1e-9)
     assert 3 * HOUR < batch.mtbf < 3.6 * HOUR  # the prior's floor (24 h) pulls a little
+
+
+def test_one_long_attempt_in_a_busy_class_does_not_restart_the_estimate(monkeypatch):
+    busy = _history(SPOT_PRIOR, [1.0] * 30)
+    # Six times the mean, then reclaimed: unusual for one reclaim an hour (one attempt in ~400),
+    # not evidence that the reclaims stopped. The estimate keeps its history and stays busy.
+    long_one = busy.observe(EndingKind.RECLAIM_UNSAVED, 6 * HOUR)
+    assert len(long_one.lifetimes) == 31
+    assert long_one.mean_rate * HOUR > 0.5
+    # A fall judged as a rise is (4 nats): the estimate restarted from that one attempt.
+    monkeypatch.setattr(checkpoint_interval, "CHANGE_DROP_EXTRA_NATS", 0.0)
+    assert len(busy.observe(EndingKind.RECLAIM_UNSAVED, 6 * HOUR).lifetimes) == 1
+    # A calm spell still brings the estimate down at once (its own exposure outweighs the faded
+    # busy hours).
+    monkeypatch.undo()
+    assert busy.observe(EndingKind.RECLAIM_UNSAVED, 30 * HOUR).mean_rate < busy.mean_rate / 4
