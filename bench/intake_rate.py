@@ -58,6 +58,19 @@ def accepted_times(log_path: Path) -> list[float]:
     return times
 
 
+def process_cpu_seconds(pid: int) -> float:
+    """User plus system CPU seconds a running process has used so far (Linux /proc), or NaN.
+
+    The controller's CPU at the last accept, start-up included: two runs of different counts
+    give its CPU per request by difference (`(cpu_3000 - cpu_1000) / 2000`)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def run_once(count: int, store_kind: str, workdir: Path, controller_tree: Path = ROOT) -> dict:
     from google.auth.credentials import AnonymousCredentials
     from google.cloud import pubsub_v1, storage
@@ -100,6 +113,7 @@ def run_once(count: int, store_kind: str, workdir: Path, controller_tree: Path =
         cwd=controller_tree,  # `python -m` imports the controller from its working directory
     )
     started = time.time()
+    own_cpu = time.process_time()  # this process: the stand-ins' threads (and this poll)
     try:
         deadline = time.monotonic() + max(300.0, count / 5)
         times: list[float] = []
@@ -108,6 +122,9 @@ def run_once(count: int, store_kind: str, workdir: Path, controller_tree: Path =
             if len(times) >= count or ctl.poll() is not None:
                 break
             time.sleep(1.0)  # polling another process's log
+        # Read before the store is counted and the controller is stopped: its start and the intake.
+        controller_cpu = process_cpu_seconds(ctl.pid)
+        stand_ins_cpu = time.process_time() - own_cpu
         if len(times) < count:
             raise SystemExit(f"only {len(times)} of {count} accepted; see {log_path}")
         prefix = "state/jobs/" if store_kind == "gcs" else None
@@ -127,6 +144,8 @@ def run_once(count: int, store_kind: str, workdir: Path, controller_tree: Path =
             "span": span,
             "from_start": max(times) - started,
             "stored": stored,
+            "controller_cpu": controller_cpu,
+            "stand_ins_cpu": stand_ins_cpu,
         }
     finally:
         ctl.terminate()
@@ -161,7 +180,8 @@ def main() -> int:
             print(
                 f"{store_kind:6} {count:6d} requests: {row['rate']:7.1f} req/s accepted durably "
                 f"(first to last accept {row['span']:.1f} s; {row['from_start']:.1f} s from controller start; "
-                f"{row['stored']} job records in the store)",
+                f"{row['stored']} job records in the store; "
+                f"CPU: controller {row['controller_cpu']:.2f} s, stand-ins {row['stand_ins_cpu']:.2f} s)",
                 flush=True,
             )
     print(
