@@ -100,7 +100,9 @@ class Settings(BaseSettings):
         128,
         ge=1,
         description="Flow control for each subscription: messages held at once, each with a callback "
-        "thread of its own. More requests in flight share SQLite's commits (larger batches).",
+        "thread of its own. More requests in flight share SQLite's commits (larger batches) and overlap "
+        "the GCS store's round trips; against a GCS stand-in on the same few cores, fewer cost less CPU "
+        "per request (bench/README.md).",
     )
 
     # State.
