@@ -273,7 +273,8 @@ class RateEstimate:
     saved_reclaims: int = 0
     lifetimes: tuple[tuple[float, EndingKind], ...] = ()
     # How fast old evidence fades (see "Forgetting" above): the seconds of later exposure after
-    # which an observation weighs half. math.inf: never (the estimate before it forgot).
+    # which an observation weighs half, at least (`memory_half_life` is the one in force).
+    # math.inf: never (the estimate before it forgot).
     half_life_seconds: float = DEFAULT_HALF_LIFE_SECONDS
     # The evidence as it weighs now (discounted): what alpha and beta hold on top of the prior.
     # None: undiscounted, the raw counts (books written before forgetting, and fresh priors).
@@ -1145,7 +1146,8 @@ def _basis(estimate: RateEstimate) -> str:
 
 def retimed(estimate: RateEstimate, half_life_seconds: float) -> RateEstimate:
     """The estimate forgetting at `half_life_seconds` from now on (what it weighs now is kept: the
-    configured half-life applies to every update after it is set)."""
+    configured half-life applies to every update after it is set). It is the shortest half-life:
+    a class that expects fewer than MEMORY_ENDINGS endings in it forgets more slowly (`memory_half_life`)."""
     _check_positive(half_life_seconds=half_life_seconds)
     if estimate.half_life_seconds == half_life_seconds:
         return estimate
