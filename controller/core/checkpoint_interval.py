@@ -487,11 +487,9 @@ class RateEstimate:
             "endings": self.endings,
             "exposure_seconds": self.exposure_seconds,
             "saved_reclaims": self.saved_reclaims,
-            # Each with its weight now (see `lifetime_fades`).
-            "lifetimes": [
-                [seconds, kind.value, weight]
-                for (seconds, kind), weight in zip(self.lifetimes, self.lifetime_weights())
-            ],
+            "lifetimes": [[seconds, kind.value] for seconds, kind in self.lifetimes],
+            # Their weights now (see `lifetime_fades`), apart: a version before them reads the book.
+            "lifetime_weights": self.lifetime_weights(),
             # JSON has no infinity: null is "never forgets".
             "half_life_seconds": self.half_life_seconds if math.isfinite(self.half_life_seconds) else None,
             **(
@@ -504,7 +502,11 @@ class RateEstimate:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RateEstimate:
         weighted = data.get("weighted")
-        rows = [row for row in data.get("lifetimes", []) if row[1] in _KIND_VALUES]
+        rows = data.get("lifetimes", [])
+        known = [kind in _KIND_VALUES for _, kind in rows]
+        weights = data.get("lifetime_weights", [])
+        if len(weights) == len(rows):
+            weights = [weight for weight, ok in zip(weights, known) if ok]
         # A book written before estimates forgot starts forgetting now, from its counts as they are.
         half_life = data.get("half_life_seconds", DEFAULT_HALF_LIFE_SECONDS)
         return cls(
@@ -520,9 +522,11 @@ class RateEstimate:
             # Books written before lifetimes were kept have none: the choice is then the
             # constant-hazard one, as it was.
             # A kind this version does not know (written by a newer one) is left out.
-            lifetimes=tuple((float(row[0]), EndingKind(row[1])) for row in rows),
-            # Books written before each lifetime carried its weight: derived from the half-life.
-            lifetime_fades=tuple(float(row[2]) for row in rows) if all(len(row) > 2 for row in rows) else (),
+            lifetimes=tuple(
+                (float(seconds), EndingKind(kind)) for (seconds, kind), ok in zip(rows, known) if ok
+            ),
+            # Books written before the lifetimes carried weights: derived from the half-life.
+            lifetime_fades=tuple(float(w) for w in weights) if len(weights) == sum(known) else (),
         )
 
 
