@@ -135,8 +135,11 @@ class Settings(BaseSettings):
         gt=0,
         description="How fast the learned reclaim rates (the adaptive checkpoint interval's and the "
         "placement choice's) forget: an ending weighs half after this much later training in its "
-        "capacity class, so each estimate rests on about the last 1.44 half-lives of training and "
-        'follows a rate that changes (see controller/core/checkpoint_interval.py, "Forgetting"). '
+        "capacity class, or, where longer, after the training in which the class expects 8 "
+        "work-losing endings at its current rate (at most 30 days), so a busy class follows a rate "
+        "that changes within hours while a calm one keeps several endings of evidence; each estimate "
+        "rests on about the last 1.44 half-lives of training "
+        '(see controller/core/checkpoint_interval.py, "Forgetting"). '
         "Applies to classes already in the book from their next update on.",
     )
 

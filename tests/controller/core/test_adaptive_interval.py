@@ -159,14 +159,17 @@ def test_a_configured_prior_seeds_a_new_class_and_is_read_for_an_unseen_one():
 def test_the_configured_half_life_carried_by_the_prior_applies_to_a_class_already_in_the_book():
     ledger = Ledger().record("job", 1, SPOT, EndingKind.KILLED, 3600.0, now=1.0)
     assert ledger.book.estimate(SPOT).half_life_seconds == 12 * 3600.0  # the default
-    fast = replace(prior_for(SPOT), half_life_seconds=1800.0)
-    read = estimate_for(ledger.book, SPOT, fast)
-    assert read.half_life_seconds == 1800.0 and read.mean_rate == ledger.book.estimate(SPOT).mean_rate
-    later = ledger.record("job", 2, SPOT, EndingKind.SUCCEEDED, 7200.0, now=2.0, prior=fast)
-    slow = ledger.record("job", 2, SPOT, EndingKind.SUCCEEDED, 7200.0, now=2.0)
-    # Two quiet hours: four half-lives of 30 min shed most of the reclaim, 12 h ones little of it.
-    assert later.book.estimate(SPOT).half_life_seconds == 1800.0
-    assert later.book.estimate(SPOT).recent_endings < 0.1 < 0.8 < slow.book.estimate(SPOT).recent_endings
+    slow = replace(prior_for(SPOT), half_life_seconds=10 * 24 * 3600.0)
+    read = estimate_for(ledger.book, SPOT, slow)
+    assert read.half_life_seconds == slow.half_life_seconds
+    assert read.mean_rate == ledger.book.estimate(SPOT).mean_rate
+    week = 7 * 24 * 3600.0
+    later = ledger.record("job", 2, SPOT, EndingKind.SUCCEEDED, week, now=2.0, prior=slow)
+    default = ledger.record("job", 2, SPOT, EndingKind.SUCCEEDED, week, now=2.0)
+    # A quiet week: a 10-day half-life keeps more of the reclaim than the default (12 h, or the
+    # training in which the class expects 8 endings at its rate: about 3 days here).
+    assert later.book.estimate(SPOT).half_life_seconds == slow.half_life_seconds
+    assert default.book.estimate(SPOT).recent_endings < 0.5 < 0.6 < later.book.estimate(SPOT).recent_endings
 
 
 def test_the_ledger_round_trips_through_json():
