@@ -96,16 +96,17 @@ def test_user_errors_spend_the_failure_budget_then_fail_with_an_alert(
     )
     doc = drive(engine, "bad-1", terminal)
     # This stand-in trainer leaves no exit record: each ending is decided at once as a reclaim
-    # (Spot, started, no error yet) and corrected when Vertex's error names the replica's exit 1;
-    # the attempt started meanwhile is cancelled when a correction ends the job.
-    assert doc["phase"] == "failed" and doc["failures"] == 2
-    # An ending decided a reclaim after the one that failed the job stays as decided (awaiting an
-    # error the ended job no longer reads): marked provisional, never a confirmed preemption.
-    assert all(a["provisional"] for a in doc["attempts"] if a["ending"] == "preempted")
-    # That includes an attempt that started and ended before the correction came (the error
-    # trails the end by a second here, the backoff is 0.2 s): only the settled endings count.
+    # (Spot, started, no error yet) and corrected when Vertex's error names the replica's exit 1.
+    # The second correction exhausts the budget and ends the job; the attempt started meanwhile
+    # is cancelled. An attempt that ended before that may have its own error read in the same
+    # pass (a finished job's provisional endings are still refined until the settle bound), so
+    # the count is 2 or 3, and it always equals the settled user errors: nothing counted twice.
+    assert doc["phase"] == "failed"
+    assert "(2 failures, maxFailures=1" in doc["terminalReason"]
     settled = [a["ending"] for a in doc["attempts"] if a["ending"] and not a["provisional"]]
-    assert settled == ["user_error", "user_error"], doc["attempts"]
+    assert set(settled) == {"user_error"} and len(settled) == doc["failures"] in (2, 3), doc["attempts"]
+    # Whatever was not corrected yet stays a provisional reclaim, never a confirmed preemption.
+    assert all(a["provisional"] for a in doc["attempts"] if a["ending"] == "preempted")
     assert "failure budget exhausted" in doc["terminalReason"]
     alerts = [a for a in read_alerts(alerts_topic[1], want=1) if a["kind"] == "job_failed"]
     assert alerts and alerts[0]["jobId"] == "bad-1" and alerts[0]["severity"] == "ERROR"
