@@ -269,17 +269,20 @@ def test_a_two_node_job_whose_worker_exits_1_fails_after_max_failures(devstack, 
         {},
     )
     doc = drive(engine, "gang-crash", terminal, timeout=120)
-    assert doc["phase"] == "failed" and doc["failures"] == 2
-    # An ending decided a reclaim after the one that failed the job stays as decided (awaiting an
-    # error the ended job no longer reads): marked provisional, never a confirmed preemption.
-    assert all(a["provisional"] for a in doc["attempts"] if a["ending"] == "preempted")
     # This stand-in trainer leaves no exit record: each ending is decided at once as a reclaim
     # (Spot, started, no error yet) and corrected when Vertex's error names the replica's exit 1;
-    # the attempt started meanwhile is cancelled when a correction ends the job.
-    # An attempt can also start and end (a stand-in preemption of its own, or the cancel) before
-    # the correction before it arrives: only the settled endings count.
+    # the second correction fails the job and the attempt started meanwhile is cancelled. An
+    # attempt that ended before that may have its own error read in the same pass (a finished
+    # job's provisional endings are refined until the settle bound): 2 or 3 failures, always the
+    # settled replica exits, never counted twice.
+    assert doc["phase"] == "failed"
+    assert "(2 failures, maxFailures=1" in doc["terminalReason"]
     settled = [a["rule"] for a in doc["attempts"] if a["ending"] and not a["provisional"]]
-    assert settled == ["replica-exit-error", "replica-exit-error"], doc["attempts"]
+    assert set(settled) == {"replica-exit-error"} and len(settled) == doc["failures"] in (2, 3), doc[
+        "attempts"
+    ]
+    # Whatever was not corrected yet stays a provisional reclaim, never a confirmed preemption.
+    assert all(a["provisional"] for a in doc["attempts"] if a["ending"] == "preempted")
     assert "workerpool1-0 exited with a non-zero status of 1" in doc["attempts"][0]["errorMessage"]
     assert "failure budget exhausted" in doc["terminalReason"]
 
