@@ -803,8 +803,15 @@ def _golden_max(
 #
 # A handful of lifetimes make a noisy curve, so it is shrunk towards the constant-hazard model's:
 #     goodput(tau) = (n0 g_model(tau) + n g_replay(tau)) / (n0 + n)
-# with n the lifetimes kept, g_model = 1 / (posterior-expected time per unit of work) of the model
-# above and n0 = MODEL_WEIGHT_ATTEMPTS: the model counts as n0 attempts. With no lifetimes this is
+# with n the work-losing endings among the lifetimes kept (each with its weight), g_model =
+# 1 / (posterior-expected time per unit of work) of the model above and n0 = MODEL_WEIGHT_ENDINGS:
+# the model counts as n0 work-losing endings. Endings, not attempts: the replay's shape, and its
+# noise, is in the lost lifetimes (where the interval decides what is kept); a saved reclaim or a
+# success keeps its work whatever the interval, and adds only the stalls. Counted in attempts, a
+# class where half the emergency saves commit (M = 1 h) gave the replay of ~11 lost lifetimes
+# three quarters of the weight, and its interval followed their noise (goodput_sim, C = 900 s,
+# tuning seed 41000: poisson and weibull0.7 98.1-98.2 % of the best fixed interval, bursty 97.1 %,
+# the rates alone 98.4-99.0 %). Where every ending loses work (no saves) the two counts are the same. With no lifetimes this is
 # the constant-hazard choice exactly (books written before lifetimes were kept behave as before);
 # after many, the replay dominates and the choice tends to the best fixed interval for the
 # observed distribution. Keeping only the most recent attempts lets the estimate follow a class
@@ -815,13 +822,15 @@ def _golden_max(
 # the lifetime distribution): the committed checkpoints jump at multiples of the cycle, and
 # without the spread the best step of the replayed staircase is mostly noise (with simulated
 # weibull1.5 lifetimes, M = 1 h, C = 900 s, 128 raw ones picked intervals up to 40 % too long, losing
-# about 2 % of goodput). n0 = 8, 128 kept and +-25 % were chosen on such runs and the simulator: a larger
-# n0 slows learning a shape from few attempts, a smaller one or no spread lets noise through.
+# about 2 % of goodput). n0 = 8 (then in attempts), 128 kept and +-25 % were chosen on such runs and the
+# simulator: a larger n0 slows learning a shape from few attempts, a smaller one or no spread lets
+# noise through. n0 = 16 endings cost weibull1.5 (M = 1 h, C = 900 s, no saves) about 0.8 point
+# of goodput against 8 (bench/README.md, "Issue 27, session 15").
 # The replay keeps each ending's kind with its own lifetime, so it needs no assumption on whether
 # work-losing endings come early or late in an attempt.
 
 LIFETIMES_KEPT = 128
-MODEL_WEIGHT_ATTEMPTS = 8.0
+MODEL_WEIGHT_ENDINGS = 8.0
 REPLAY_SEARCH_FACTOR = 3.2
 REPLAY_BANDWIDTH = 0.25
 
@@ -915,8 +924,9 @@ def _blended_interval(
     model_tau: float,
 ) -> float:
     weights = estimate.lifetime_weights()
-    n = math.fsum(weights)  # old lifetimes count for less, as in the rates
-    model_share = MODEL_WEIGHT_ATTEMPTS / (MODEL_WEIGHT_ATTEMPTS + n)
+    # The work-losing endings kept, old ones counting for less (as in the rates).
+    n = math.fsum(w for (_, kind), w in zip(estimate.lifetimes, weights) if kind in _WORK_LOSING)
+    model_share = MODEL_WEIGHT_ENDINGS / (MODEL_WEIGHT_ENDINGS + n)
     replay = _Replay(estimate.lifetimes, restart_cost, write_seconds, weights)
     lost_rate, saved_rate = estimate.mean_rate, estimate.saved_rate
     if multipliers is None:
@@ -970,10 +980,23 @@ def _blended_interval(
 #     coefficient of variation v > 1 (1 for exponential lifetimes), the observations count as
 #     1 / v of themselves (a quasi-likelihood correction), so that lifetimes more variable than
 #     exponential ones make the spread of rates wider.
-# Exponential lifetimes (v about 1) with many endings behave as before; the prior alone, and books
-# without lifetimes, too.
+# The posterior's width is what is not known about the rate, not a spread across attempts: taken
+# as one, it lengthens the interval (the time-weighting favours the slow attempts) where every
+# attempt ends at the same rate. With ~17 weighted endings (M = 1 h, the 12 h memory) that cost
+# 1-2 points of goodput (goodput_sim, poisson M = 1 h, C = 900 s, no saves: 97.4 % of the best
+# fixed interval, the rates alone 98.8 %, tuning seed 41000; the busy phase of rate_change_sim's
+# rise alike). So the spread across attempts is at most what the kept lifetimes' overdispersion
+# says: where v > 1, a Gamma spread of shape no less than 2v / (v - 1) (rates Gamma-distributed
+# across attempts with shape a make exponential lifetimes' squared coefficient of variation
+# a / (a - 2)); where v <= 1, none (the rates' posterior then stands alone, as in the
+# constant-hazard choice) once the lifetimes hold HETEROGENEITY_MIN_ENDINGS work-losing endings
+# (weighted). With fewer, the posterior's spread stays: there it hedges calm classes, whose few
+# endings say little (without the threshold, goodput_sim's M = 30 h points lost up to 1 point).
+# Exponential lifetimes with few endings behave as before; the prior alone, and books without
+# lifetimes, too.
 
 HETEROGENEITY_NODES = 15
+HETEROGENEITY_MIN_ENDINGS = 8.0
 
 
 def lifetime_dispersion(
@@ -1003,15 +1026,19 @@ def _rate_multipliers(estimate: RateEstimate, nodes: int) -> list[float] | None:
     """Equal-probability rate multipliers across attempts (mean about 1), or None where not used."""
     if nodes == 1 or estimate.endings < 1 or not estimate.lifetimes:
         return None
-    weight = 1.0 / lifetime_dispersion(estimate.lifetimes, estimate.lifetime_weights())
+    dispersion = lifetime_dispersion(estimate.lifetimes, estimate.lifetime_weights())
+    if dispersion <= 1.0 and estimate.recent_endings >= HETEROGENEITY_MIN_ENDINGS:
+        return None  # as regular as exponential lifetimes, and enough of them to tell
+    weight = 1.0 / dispersion
     prior_alpha = estimate.alpha - estimate.recent_endings
     prior_beta = estimate.beta - estimate.recent_exposure
     alpha = prior_alpha + weight * estimate.recent_endings
     beta = prior_beta + weight * estimate.recent_exposure
     if not (alpha > 0.0 and beta > 0.0):  # a book whose counts exceed its posterior (hand-edited)
         return None
-    rates = _gamma_quantiles(alpha, beta, max(nodes, HETEROGENEITY_NODES))
-    return [rate * beta / alpha for rate in rates]
+    # Multipliers of mean about 1: Gamma(shape, shape), no wider than the overdispersion says.
+    shape = max(alpha, 2.0 * dispersion / (dispersion - 1.0)) if dispersion > 1.0 else alpha
+    return _gamma_quantiles(shape, shape, max(nodes, HETEROGENEITY_NODES))
 
 
 def _mixture_work_rate(

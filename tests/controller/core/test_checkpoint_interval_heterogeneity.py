@@ -91,3 +91,34 @@ def test_a_book_whose_counts_exceed_its_posterior_falls_back_to_one_rate():
     odd = RateEstimate(alpha=0.5, beta=HOUR, endings=3, exposure_seconds=10 * HOUR, lifetimes=lifetimes)
     assert _rate_multipliers(odd, 5) is None
     assert 0.0 < best_interval(odd, 60.0) < math.inf
+
+
+def test_lifetimes_as_regular_as_exponential_ones_are_one_rate_once_there_are_enough_endings():
+    # Twenty endings no more variable than exponential ones: what is not known about the rate is
+    # doubt, not attempts that differ, so no spread across attempts lengthens the interval.
+    regular = observed(exponential_quantiles(1.0, 20))
+    assert _rate_multipliers(regular, 5) is None
+    # The constant-hazard choice then: the blend's model part is the rates' posterior alone.
+    tau = best_interval(regular, 900.0, restart_cost=300.0, write_seconds=1800.0)
+    single = best_interval(replace(regular, lifetimes=()), 900.0, restart_cost=300.0, write_seconds=1800.0)
+    assert tau <= single
+    # Three endings say little: the posterior's spread still hedges.
+    few = observed(exponential_quantiles(10.0, 3))
+    assert _rate_multipliers(few, 5) is not None
+
+
+def test_lifetimes_barely_more_variable_than_exponential_get_a_spread_no_wider_than_that():
+    # Squared coefficient of variation just above 1: rates Gamma-distributed across attempts with
+    # shape a give a / (a - 2), so the spread they imply is narrow, narrower than the posterior's.
+    hours = exponential_quantiles(1.0, 19) + [4.5]
+    estimate = observed(hours)
+    dispersion = lifetime_dispersion(estimate.lifetimes)
+    assert 1.0 < dispersion < 1.2
+    multipliers = _rate_multipliers(estimate, 5)
+    assert multipliers is not None
+    mean = sum(multipliers) / len(multipliers)
+    spread = sum((m / mean - 1.0) ** 2 for m in multipliers) / len(multipliers)
+    implied = (dispersion - 1.0) / (2.0 * dispersion)
+    assert spread <= 1.1 * implied
+    # The posterior widened by the dispersion (what was used before) is wider.
+    assert spread < 0.9 * dispersion / estimate.alpha

@@ -233,3 +233,16 @@ def test_with_any_lifetimes_the_choice_is_finite_and_within_the_bounds(
     )
     assert math.isfinite(choice.seconds) and low <= choice.seconds <= low * span
     assert math.isfinite(choice.unclamped_seconds) and choice.unclamped_seconds > 0.0
+
+
+def test_saved_attempts_alone_leave_the_interval_to_the_rates():
+    # Twenty reclaims whose emergency saves committed and no work-losing ending: they show how long
+    # attempts last, but nothing of where in an attempt work is lost, so their replay (which only
+    # sees stalls, and favours ever longer intervals) does not move the choice.
+    estimate = observed(
+        [-2 * HOUR * math.log1p(-(i + 0.5) / 20) for i in range(20)], EndingKind.RECLAIM_SAVED
+    )
+    rates_only = replace(estimate, lifetimes=())
+    assert best_interval(estimate, 60.0, restart_cost=300.0, write_seconds=120.0) == pytest.approx(
+        best_interval(rates_only, 60.0, restart_cost=300.0, write_seconds=120.0), rel=0.02
+    )
