@@ -811,9 +811,9 @@ def _golden_max(
 # class where half the emergency saves commit (M = 1 h) gave the replay of ~11 lost lifetimes
 # three quarters of the weight, and its interval followed their noise (goodput_sim, C = 900 s,
 # tuning seed 41000: poisson and weibull0.7 98.1-98.2 % of the best fixed interval, bursty 97.1 %,
-# the rates alone 98.4-99.0 %). Where every ending loses work (no saves) the two counts are the same. With no lifetimes this is
-# the constant-hazard choice exactly (books written before lifetimes were kept behave as before);
-# after many, the replay dominates and the choice tends to the best fixed interval for the
+# the rates alone 98.4-99.0 %). Where every ending loses work (no saves) the two counts are the
+# same. With no lifetimes this is the constant-hazard choice exactly (books written before
+# lifetimes were kept behave as before); after many, the replay dominates and the choice tends to the best fixed interval for the
 # observed distribution. Keeping only the most recent attempts lets the estimate follow a class
 # whose behaviour drifts, and bounds the book's size. The optimum is searched within a factor
 # REPLAY_SEARCH_FACTOR either side of the model's (a scan in steps of 2^(1/3), then golden
@@ -822,9 +822,9 @@ def _golden_max(
 # the lifetime distribution): the committed checkpoints jump at multiples of the cycle, and
 # without the spread the best step of the replayed staircase is mostly noise (with simulated
 # weibull1.5 lifetimes, M = 1 h, C = 900 s, 128 raw ones picked intervals up to 40 % too long, losing
-# about 2 % of goodput). n0 = 8 (then in attempts), 128 kept and +-25 % were chosen on such runs and the
-# simulator: a larger n0 slows learning a shape from few attempts, a smaller one or no spread lets
-# noise through. n0 = 16 endings cost weibull1.5 (M = 1 h, C = 900 s, no saves) about 0.8 point
+# about 2 % of goodput). n0 = 8 (then in attempts), 128 kept and +-25 % were chosen on such runs
+# and the simulator: a larger n0 slows learning a shape from few attempts, a smaller one or no
+# spread lets noise through. n0 = 16 endings cost weibull1.5 (M = 1 h, C = 900 s, no saves) about 0.8 point
 # of goodput against 8 (bench/README.md, "Issue 27, session 15").
 # The replay keeps each ending's kind with its own lifetime, so it needs no assumption on whether
 # work-losing endings come early or late in an attempt.
