@@ -95,21 +95,25 @@ def test_user_errors_spend_the_failure_budget_then_fail_with_an_alert(
         {},
     )
     doc = drive(engine, "bad-1", terminal)
-    # This stand-in trainer leaves no exit record: each ending is decided at once as a reclaim
-    # (Spot, started, no error yet) and corrected when Vertex's error names the replica's exit 1.
-    # The second correction exhausts the budget and ends the job; the attempt started meanwhile
-    # is cancelled. An attempt that ended before that may have its own error read in the same
-    # pass (a finished job's provisional endings are still refined until the settle bound), so
-    # the count is 2 or 3, and it always equals the settled user errors: nothing counted twice.
-    assert doc["phase"] == "failed"
-    assert "(2 failures, maxFailures=1" in doc["terminalReason"]
-    settled = [a["ending"] for a in doc["attempts"] if a["ending"] and not a["provisional"]]
-    assert set(settled) == {"user_error"} and len(settled) == doc["failures"] in (2, 3), doc["attempts"]
-    # Whatever was not corrected yet stays a provisional reclaim, never a confirmed preemption.
-    assert all(a["provisional"] for a in doc["attempts"] if a["ending"] == "preempted")
+    _assert_failed_on_the_second_of_settled_failures(doc, "ending", "user_error")
     assert "failure budget exhausted" in doc["terminalReason"]
     alerts = [a for a in read_alerts(alerts_topic[1], want=1) if a["kind"] == "job_failed"]
     assert alerts and alerts[0]["jobId"] == "bad-1" and alerts[0]["severity"] == "ERROR"
+
+
+def _assert_failed_on_the_second_of_settled_failures(doc, field, expected):
+    """A job with `maxFailures: 1` whose stand-in trainer exits 1 and leaves no exit record: each
+    ending is decided at once as a reclaim (Spot, started, no error yet) and corrected when
+    Vertex's error names the replica's exit; the second correction fails the job and the attempt
+    started meanwhile is cancelled. An attempt that ended before that may have its own error read
+    in the same pass (a finished job's provisional endings are refined until the settle bound), so
+    the count is 2 or 3, and always equals the settled endings: nothing counted twice."""
+    assert doc["phase"] == "failed"
+    assert "(2 failures, maxFailures=1" in doc["terminalReason"]
+    settled = [a[field] for a in doc["attempts"] if a["ending"] and not a["provisional"]]
+    assert set(settled) == {expected} and len(settled) == doc["failures"] in (2, 3), doc["attempts"]
+    # Whatever was not corrected yet stays a provisional reclaim, never a confirmed preemption.
+    assert all(a["provisional"] for a in doc["attempts"] if a["ending"] == "preempted")
 
 
 def test_stockout_waits_for_capacity_without_spending_failures(devstack, bucket, make_engine, alerts_topic):
@@ -269,20 +273,7 @@ def test_a_two_node_job_whose_worker_exits_1_fails_after_max_failures(devstack, 
         {},
     )
     doc = drive(engine, "gang-crash", terminal, timeout=120)
-    # This stand-in trainer leaves no exit record: each ending is decided at once as a reclaim
-    # (Spot, started, no error yet) and corrected when Vertex's error names the replica's exit 1;
-    # the second correction fails the job and the attempt started meanwhile is cancelled. An
-    # attempt that ended before that may have its own error read in the same pass (a finished
-    # job's provisional endings are refined until the settle bound): 2 or 3 failures, always the
-    # settled replica exits, never counted twice.
-    assert doc["phase"] == "failed"
-    assert "(2 failures, maxFailures=1" in doc["terminalReason"]
-    settled = [a["rule"] for a in doc["attempts"] if a["ending"] and not a["provisional"]]
-    assert set(settled) == {"replica-exit-error"} and len(settled) == doc["failures"] in (2, 3), doc[
-        "attempts"
-    ]
-    # Whatever was not corrected yet stays a provisional reclaim, never a confirmed preemption.
-    assert all(a["provisional"] for a in doc["attempts"] if a["ending"] == "preempted")
+    _assert_failed_on_the_second_of_settled_failures(doc, "rule", "replica-exit-error")
     assert "workerpool1-0 exited with a non-zero status of 1" in doc["attempts"][0]["errorMessage"]
     assert "failure budget exhausted" in doc["terminalReason"]
 
