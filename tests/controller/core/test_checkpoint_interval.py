@@ -435,14 +435,31 @@ def test_the_estimate_follows_a_rate_that_rises_and_one_that_never_forgets_lags(
 
 def test_a_few_attempts_that_the_old_rate_makes_unlikely_restart_the_estimate_from_them(monkeypatch):
     calm = _history(SPOT_PRIOR, [30.0] * 6)
-    after_three = _history(calm, [1.0] * 3)
-    # Three reclaims within an hour each, where one per ~30 h was the rule: the estimate restarts
+    after_four = _history(calm, [1.0] * 4)
+    # Four reclaims within an hour each, where one per ~30 h was the rule: the estimate restarts
     # from the new attempts (and the prior's floor) instead of averaging them with the calm days.
-    assert after_three.mean_rate * HOUR > 0.4
-    assert len(after_three.lifetimes) <= 3 and after_three.endings == 9  # the raw count stays
+    # (Three did at the former 4 nats; at 8 a rise this large takes one attempt more.)
+    assert after_four.mean_rate * HOUR > 0.4
+    assert len(after_four.lifetimes) <= 4 and after_four.endings == 10  # the raw count stays
     # Forgetting alone still reads about one reclaim per 5 h.
     monkeypatch.setattr(checkpoint_interval, "CHANGE_THRESHOLD_NATS", math.inf)
-    assert _history(calm, [1.0] * 3).mean_rate * HOUR < 0.25
+    assert _history(calm, [1.0] * 4).mean_rate * HOUR < 0.25
+
+
+def test_a_short_burst_in_a_steady_class_keeps_its_history_and_most_of_its_interval():
+    def interval(estimate):
+        return choose_interval(estimate, 300.0, 60.0, 24 * HOUR, restart_cost=300.0, write_seconds=600.0)
+
+    steady = _history(SPOT_PRIOR, [3.0] * 30)  # a reclaim every 3 h, for days
+    burst = _history(steady, [0.1] * 3)  # then three within 6 min each, as a zone-wide burst does
+    # The burst is weighed with the days before it, not taken for the class's new rate: the next
+    # attempt, most likely a long calm one again, is not cut to the burst's interval.
+    assert len(burst.lifetimes) == 33
+    assert interval(burst) > 0.8 * interval(steady)
+    # A run that goes on is a change: eight such attempts restart the estimate from them.
+    lasting = _history(steady, [0.1] * 8)
+    assert len(lasting.lifetimes) <= 8
+    assert interval(lasting) < 0.5 * interval(steady)
 
 
 def test_a_steady_rate_seldom_looks_like_a_change():
@@ -498,8 +515,9 @@ def test_one_long_attempt_in_a_busy_class_does_not_restart_the_estimate(monkeypa
     long_one = busy.observe(EndingKind.RECLAIM_UNSAVED, 6 * HOUR)
     assert len(long_one.lifetimes) == 31
     assert long_one.mean_rate * HOUR > 0.5
-    # A fall judged as a rise is (4 nats): the estimate restarted from that one attempt.
+    # A fall judged as a rise was at the former 4 nats: the estimate restarted from that one attempt.
     monkeypatch.setattr(checkpoint_interval, "CHANGE_DROP_EXTRA_NATS", 0.0)
+    monkeypatch.setattr(checkpoint_interval, "CHANGE_THRESHOLD_NATS", 4.0)
     assert len(busy.observe(EndingKind.RECLAIM_UNSAVED, 6 * HOUR).lifetimes) == 1
     # A calm spell still brings the estimate down at once (its own exposure outweighs the faded
     # busy hours).
