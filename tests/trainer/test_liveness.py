@@ -1,6 +1,7 @@
 """Peer liveness: the pure decision, and a 2-node gang whose peer goes silent or dies."""
 
 import os
+import re
 import signal
 import time
 
@@ -10,6 +11,8 @@ import pytest
 from tests.support.gang import TINY
 from trainer import layout, storage
 from trainer.liveness import GangView, SilenceTracker, collective_timeout_seconds
+
+SILENT_RANK_1 = re.compile(r"rank 1 (sent no|never sent a) heartbeat for [0-9.]+s")
 
 
 def _view(beats, failed=0, done=0):
@@ -78,11 +81,14 @@ def test_a_silent_peer_is_detected_by_the_heartbeat_and_the_survivor_exits_withi
         for proc in frozen:
             proc.kill()
     assert took < 30, f"survivor took {took:.1f}s"
+    # Rank 1 beats first a second after its heartbeat starts; on a loaded machine it can reach the
+    # hold and be frozen before that first beat, and the survivor then says it "never sent" one.
+    # Either way the silent rank is named and the survivor stops on the heartbeat.
     (lost,) = gang.chief.find("peer lost")
-    assert lost["silent_rank"] == 1 and "rank 1 sent no heartbeat" in lost["detail"]
+    assert lost["silent_rank"] == 1 and SILENT_RANK_1.match(lost["detail"]), lost["detail"]
     (survivor,) = storage.read_replica_exits(root, 1)
     assert (survivor.replica, survivor.reason, survivor.exit_code) == ("node-0", "stopped_by_peer", 70)
-    assert survivor.detail.startswith("peer lost: rank 1 sent no heartbeat")
+    assert SILENT_RANK_1.match(survivor.detail.removeprefix("peer lost: ")), survivor.detail
     assert layout.first_failed_replica([survivor]) is None  # node 0 did not fail on its own
     assert storage.read_exit_record(root, 1).reason == "runtime_error"
 
