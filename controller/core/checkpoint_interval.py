@@ -213,9 +213,10 @@ PRIOR_FLOOR_ALPHA = 0.125
 # 1). A rise that lasts keeps adding about ln(ratio) - 1 nats per ending, so the higher threshold
 # delays it by an attempt or two: a 30-fold rise after calm days restarts after 4 attempts instead
 # of 3 (the tests). Measured on goodput_sim's C = 900 s points (tuning seed 41000): 3 of 48
-# below 98 % of the best fixed interval instead of 8; on rate_change_sim's rise (seed 12900) 98.74 / 98.79 % of the oracle instead of
-# 98.29 / 98.63 % (C = 900 s, no save / half saved: false restarts in the busy phase cost more than
-# the later detection); the mirror did not lose (bench/README.md, "Issue 27, session 16").
+# below 98 % of the best fixed interval instead of 8; on rate_change_sim's rise (seed 12900)
+# 98.74 / 98.79 % of the oracle instead of 98.29 / 98.63 % (C = 900 s, no save / half saved:
+# false restarts in the busy phase cost more than the later detection); the mirror did not lose
+# (bench/README.md, "Issue 27, session 16").
 CHANGE_WINDOW = 16
 CHANGE_THRESHOLD_NATS = 8.0
 CHANGE_DROP_EXTRA_NATS = 4.0
