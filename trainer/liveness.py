@@ -130,7 +130,11 @@ class Heartbeat:
     def _run(self) -> None:
         tracker = SilenceTracker(self.channel.peers, self.timeout, self.clock())
         count = 0
-        while not self._stopped.wait(self.interval):
+        # The first beat goes out at once, not an interval later: a peer that is lost within its
+        # first second is then known to have been there ("sent no heartbeat").
+        first = True
+        while first or not self._stopped.wait(self.interval):
+            first = False
             count += 1
             try:
                 self.channel.beat(count)

@@ -3,6 +3,7 @@
 import os
 import re
 import signal
+import threading
 import time
 
 import psutil
@@ -10,7 +11,7 @@ import pytest
 
 from tests.support.gang import TINY
 from trainer import layout, storage
-from trainer.liveness import GangView, SilenceTracker, collective_timeout_seconds
+from trainer.liveness import GangView, Heartbeat, SilenceTracker, collective_timeout_seconds
 
 SILENT_RANK_1 = re.compile(r"rank 1 (sent no|never sent a) heartbeat for [0-9.]+s")
 
@@ -47,6 +48,38 @@ def test_a_peer_that_announced_its_failure_breaks_the_gang_at_once():
     tracker = SilenceTracker(peers=[1], timeout=10.0, now=0.0)
     loss = tracker.observe(_view({1: 1}, failed=1), now=0.5)
     assert loss is not None and loss.silent_rank is None and "failed" in loss.detail
+
+
+class _RecordingChannel:
+    """Stands in for the rendezvous store's keys (trainer code of ours, not a Google client)."""
+
+    peers = [1]
+
+    def __init__(self):
+        self.first_beat = threading.Event()
+        self.beats: list[int] = []
+
+    def beat(self, count: int) -> None:
+        self.beats.append(count)
+        self.first_beat.set()
+
+    def read(self) -> GangView:
+        return _view({1: None})
+
+    def announce(self, orderly: bool) -> None:
+        pass
+
+
+def test_the_first_heartbeat_goes_out_when_the_heartbeat_starts_not_an_interval_later():
+    channel = _RecordingChannel()
+    heartbeat = Heartbeat(channel, timeout=600.0, on_loss=lambda loss: None, interval=600.0).start()
+    try:
+        # With a 10-minute interval, a beat within seconds can only be the one sent at start: a
+        # peer frozen in its first second is then known to have been there.
+        assert channel.first_beat.wait(timeout=10.0)
+        assert channel.beats == [1]
+    finally:
+        heartbeat.leave(orderly=True)
 
 
 def test_the_collective_timeout_follows_the_step_time_above_a_floor():
